@@ -1,0 +1,104 @@
+"""The gateway's domain exceptions, and the one place they become HTTP.
+
+    GatewayError                      anything we report to a client on purpose
+     +-- InvalidRequest        400    invalid_request (and a more specific code)
+     |    +-- UnsupportedLanguage 400 unsupported_language
+     |    +-- InvalidPath         400 invalid_path
+     |    +-- ConflictingFields   400 conflicting_fields
+     +-- Unauthorized          401    unauthorized
+     +-- Forbidden             403    forbidden (or e.g. archive_mode_disabled)
+     +-- NotFound              404    not_found
+     +-- PayloadTooLarge       413    payload_too_large
+     +-- UnsupportedMediaType  415    unsupported_media_type
+     +-- CapacityExceeded      429    capacity (with Retry-After)
+     +-- SandboxError          503    sandbox_unavailable: a kernel or sandbox could not start
+
+User code that fails is never one of these: it is a run record with status "failed".
+Foreign exceptions (Docker, ZMQ, nbformat) are translated into these where they are caught.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """An error reported to the client as `{"error": {code, message, field?}}`."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+        self.retry_after = retry_after
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return {"error": body}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    code = "invalid_request"
+
+
+class UnsupportedLanguage(InvalidRequest):
+    code = "unsupported_language"
+
+
+class InvalidPath(InvalidRequest):
+    code = "invalid_path"
+
+
+class ConflictingFields(InvalidRequest):
+    code = "conflicting_fields"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(GatewayError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class CapacityExceeded(GatewayError):
+    status = 429
+    code = "capacity"
+
+
+class SandboxError(GatewayError):
+    """A sandbox or kernel could not be started or talked to (not the user's fault)."""
+
+    status = 503
+    code = "sandbox_unavailable"

@@ -1,0 +1,1 @@
+"""Execution of one run: sandbox, kernel client, output collection, deadline."""

@@ -1,0 +1,158 @@
+"""A per-sandbox control group for the local backend, when the machine lets us make one.
+
+Gives the local sandbox what Docker gets from its cgroup: memory, pids and CPU limits, peak
+memory and CPU time, whether the OOM killer or the pids limit struck, and a reliable way to
+kill every process (a `setsid` daemon included). Supports cgroup v2 and the v1 hierarchies
+(`memory`, `pids`, `cpu`, `cpuacct`). Without write access, `create` returns None and the
+local sandbox falls back to rlimits (see README, "What each backend isolates").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value, encoding="ascii")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii")
+    except OSError:
+        return ""
+
+
+def _counter(text: str, key: str) -> int:
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            with contextlib.suppress(ValueError):
+                return int(value)
+    return 0
+
+
+class Cgroup:
+    """One sandbox's cgroup(s). Use `Cgroup.create(...)`; always `remove()`."""
+
+    def __init__(self, dirs: dict[str, Path], v2: bool) -> None:
+        self.dirs = dirs
+        self.v2 = v2
+
+    @classmethod
+    def create(cls, name: str, memory: int, pids: int, cpus: float) -> Cgroup | None:
+        try:
+            if (ROOT / "cgroup.controllers").exists():
+                return cls._create_v2(name, memory, pids, cpus)
+            return cls._create_v1(name, memory, pids, cpus)
+        except OSError:
+            return None
+
+    @classmethod
+    def _create_v1(cls, name: str, memory: int, pids: int, cpus: float) -> Cgroup | None:
+        wanted = ("memory", "pids", "cpu", "cpuacct")
+        if not all((ROOT / c / "cgroup.procs").exists() for c in wanted):
+            return None
+        dirs: dict[str, Path] = {}
+        group = cls(dirs, v2=False)
+        try:
+            for controller in wanted:
+                path = ROOT / controller / name
+                path.mkdir()
+                dirs[controller] = path
+            _write(dirs["memory"] / "memory.limit_in_bytes", str(memory))
+            with contextlib.suppress(OSError):  # no swap accounting on some kernels
+                _write(dirs["memory"] / "memory.memsw.limit_in_bytes", str(memory))
+            _write(dirs["pids"] / "pids.max", str(pids))
+            _write(dirs["cpu"] / "cpu.cfs_period_us", "100000")
+            _write(dirs["cpu"] / "cpu.cfs_quota_us", str(int(cpus * 100000)))
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    @classmethod
+    def _create_v2(cls, name: str, memory: int, pids: int, cpus: float) -> Cgroup | None:
+        path = ROOT / name
+        needed = {"memory", "pids", "cpu"}
+        if not needed <= set(_read(ROOT / "cgroup.subtree_control").split()):
+            return None
+        path.mkdir()
+        group = cls({"unified": path}, v2=True)
+        try:
+            _write(path / "memory.max", str(memory))
+            _write(path / "memory.swap.max", "0")
+            _write(path / "pids.max", str(pids))
+            _write(path / "cpu.max", f"{int(cpus * 100000)} 100000")
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    @property
+    def proc_files(self) -> list[Path]:
+        """Files a process writes its pid into to join this group."""
+        return [d / "cgroup.procs" for d in self.dirs.values()]
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for procs in self.proc_files:
+            found.update(int(p) for p in _read(procs).split())
+        return found
+
+    def cpu_ns(self) -> int | None:
+        if self.v2:
+            usec = _counter(_read(self.dirs["unified"] / "cpu.stat"), "usage_usec")
+            return usec * 1000
+        text = _read(self.dirs["cpuacct"] / "cpuacct.usage").strip()
+        return int(text) if text.isdigit() else None
+
+    def peak_memory(self) -> int | None:
+        path = (
+            self.dirs["unified"] / "memory.peak"
+            if self.v2
+            else self.dirs["memory"] / "memory.max_usage_in_bytes"
+        )
+        text = _read(path).strip()
+        return int(text) if text.isdigit() else None
+
+    def oom_killed(self) -> bool:
+        if self.v2:
+            return _counter(_read(self.dirs["unified"] / "memory.events"), "oom_kill") > 0
+        return _counter(_read(self.dirs["memory"] / "memory.oom_control"), "oom_kill") > 0
+
+    def pids_limit_hit(self) -> bool:
+        path = self.dirs["unified" if self.v2 else "pids"] / "pids.events"
+        return _counter(_read(path), "max") > 0
+
+    def kill_all(self, timeout: float = 5.0) -> None:
+        """SIGKILL every process in the group until it is empty (forks included)."""
+        if self.v2:
+            with contextlib.suppress(OSError):
+                _write(self.dirs["unified"] / "cgroup.kill", "1")
+        deadline = time.monotonic() + timeout
+        while True:
+            pids = self.pids()
+            if not pids or time.monotonic() > deadline:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        for path in self.dirs.values():
+            for _ in range(100):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)

@@ -1,0 +1,74 @@
+"""How a kernel is started, the same for every backend: its command line, its environment,
+and its connection file (ZMQ over ipc sockets, DESIGN.md decision 3)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from gateway.runs.models import Language
+
+# Ports are only suffixes of the socket file names with the ipc transport.
+_CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
+SOCKET_PATH_MAX = 107
+
+
+def connection_info(prefix: str, key: str) -> dict[str, Any]:
+    """Connection info for sockets named `<prefix>-1` ... `<prefix>-5`."""
+    if len(prefix) + 2 > SOCKET_PATH_MAX:
+        raise ValueError(f"socket path {prefix!r} is too long for a unix socket")
+    return {
+        **_CHANNELS,
+        "ip": prefix,
+        "transport": "ipc",
+        "key": key,
+        "signature_scheme": "hmac-sha256",
+        "kernel_name": "",
+    }
+
+
+def new_key() -> str:
+    return secrets.token_hex(32)
+
+
+def write_connection_file(path: Path, info: dict[str, Any]) -> None:
+    path.write_text(json.dumps(info), encoding="utf-8")
+    path.chmod(0o444)
+
+
+def kernel_argv(language: Language, python: str, connection_file: str) -> list[str]:
+    if language == "python":
+        return [
+            python,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            connection_file,
+            "--IPKernelApp.extensions=kernels.python.startup",
+            "--HistoryManager.enabled=False",
+            "--IPKernelApp.interrupt_mode=message",
+            "--InlineBackend.figure_formats=png",
+        ]
+    return [python, "-m", "kernels.bash", "-f", connection_file]
+
+
+def kernel_env(home: str, extra: dict[str, str], path: str) -> dict[str, str]:
+    """The kernel's whole environment: nothing of the gateway's own leaks in."""
+    env = {
+        "PATH": path,
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLCONFIGDIR": f"{home}/.mpl",
+        "IPYTHONDIR": f"{home}/.ipython",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "TERM": "dumb",
+    }
+    env.update(extra)
+    return env

@@ -1,0 +1,3 @@
+"""The gateway's version, kept in one place."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Kernel-side code: our own kernels and the startup code that runs inside a kernel."""

@@ -1,0 +1,228 @@
+"""Startup code of the Python kernel, loaded as an IPython extension before any user code.
+
+It makes charts come back without the user asking: `plt.show()` and figures left open are
+displayed by matplotlib's inline backend (with the chart's data in the output metadata),
+and every `savefig` call also publishes the saved image with its path. It also holds the
+two helpers the gateway calls through silent requests: `inject_vars` and `result_value`.
+No code is prepended to the user's cell.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.abc
+import importlib.machinery
+import io
+import json
+import keyword
+import os
+import shutil
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kernels.python.chartspec import figure_spec
+
+_RESERVED = frozenset({"input", "result", "output"})
+_SAVED_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
+_MAX_PUBLISHED_BYTES = 16 * 1024 * 1024
+_state = threading.local()
+
+
+def _shell() -> Any:
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+# --- vars and result ---------------------------------------------------------------------
+
+
+def inject_vars(payload: str) -> None:
+    """Make each valid, unreserved key a global and every key part of the `input` dict."""
+    values = json.loads(payload)
+    namespace = _shell().user_ns
+    namespace["input"] = dict(values)
+    for key, value in values.items():
+        if key.isidentifier() and not keyword.iskeyword(key) and key not in _RESERVED:
+            namespace[key] = value
+
+
+class _JSONResult:
+    """Formatted by IPython as `application/json`, so the gateway gets the value as JSON."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+
+    def _repr_json_(self) -> dict[str, Any]:
+        return self.payload
+
+    def __repr__(self) -> str:
+        return json.dumps(self.payload)
+
+
+def _to_json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    if hasattr(value, "to_dict"):  # pandas objects
+        return value.to_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def result_value() -> _JSONResult:
+    """`{"present", "name", "value"}` of the global `result` (else `output`), or an error."""
+    namespace = _shell().user_ns
+    for name in ("result", "output"):
+        if name in namespace:
+            value = namespace[name]
+            try:
+                text = json.dumps(value, default=_to_json_default, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as exc:
+                return _JSONResult({"present": True, "name": name, "error": str(exc)})
+            return _JSONResult({"present": True, "name": name, "value": json.loads(text)})
+    return _JSONResult({"present": False})
+
+
+# --- charts ------------------------------------------------------------------------------
+
+
+def _publish_image(mime: str, data: bytes, metadata: dict[str, Any]) -> None:
+    from IPython.display import publish_display_data
+
+    if len(data) > _MAX_PUBLISHED_BYTES:
+        print(f"[gateway] a saved chart of {len(data)} bytes was not returned", file=sys.stderr)
+        return
+    text = data.decode("utf-8", "replace") if mime == "image/svg+xml" else base64.b64encode(
+        data
+    ).decode("ascii")
+    publish_display_data({mime: text, "text/plain": "<Figure>"}, metadata=metadata)
+
+
+def _savefig_publisher(original: Callable[..., Any]) -> Callable[..., Any]:
+    def savefig(self: Any, fname: Any, *args: Any, **kwargs: Any) -> Any:
+        outcome = original(self, fname, *args, **kwargs)
+        if getattr(_state, "busy", False):
+            return outcome
+        _state.busy = True
+        try:
+            _publish_saved(self, original, fname, kwargs)
+        except Exception as exc:  # a chart we cannot publish must not break the user's code
+            print(f"[gateway] could not return a saved chart: {exc}", file=sys.stderr)
+        finally:
+            _state.busy = False
+        return outcome
+
+    savefig.__wrapped__ = original  # type: ignore[attr-defined]
+    savefig.__doc__ = original.__doc__
+    return savefig
+
+
+def _publish_saved(figure: Any, original: Callable[..., Any], fname: Any, kwargs: dict[str, Any]) -> None:
+    path: str | None = None
+    if isinstance(fname, str | os.PathLike):
+        path = os.fspath(fname)
+    gateway_meta: dict[str, Any] = {"source": "savefig", "path": path}
+    spec = figure_spec(figure)
+    if spec is not None:
+        gateway_meta["spec"] = spec
+    fmt = (kwargs.get("format") or (Path(path).suffix if path else "")).lower().lstrip(".")
+    mime = _SAVED_MIME.get("." + fmt)
+    if path is not None and mime is not None and os.path.isfile(path):
+        data = Path(path).read_bytes()
+    else:  # a PDF, a buffer, an unusual format: publish a PNG rendering of the same figure
+        buffer = io.BytesIO()
+        original(figure, buffer, format="png", dpi=kwargs.get("dpi", "figure"))
+        data, mime = buffer.getvalue(), "image/png"
+    _publish_image(mime, data, {"gateway": gateway_meta})
+
+
+def _patch_figure(module: ModuleType) -> None:
+    figure_cls = module.Figure
+    if not hasattr(figure_cls.savefig, "__wrapped__"):
+        figure_cls.savefig = _savefig_publisher(figure_cls.savefig)
+
+
+def _patch_inline(module: ModuleType) -> None:
+    """Add the chart's data to the metadata of every figure the inline backend displays."""
+    fetch = getattr(module, "_fetch_figure_metadata", None)
+    if fetch is None or hasattr(fetch, "__wrapped__"):
+        return
+
+    def fetch_with_spec(fig: Any) -> Any:
+        metadata = dict(fetch(fig) or {})
+        gateway_meta: dict[str, Any] = {"source": "display"}
+        spec = figure_spec(fig)
+        if spec is not None:
+            gateway_meta["spec"] = spec
+        metadata["gateway"] = gateway_meta
+        return metadata
+
+    fetch_with_spec.__wrapped__ = fetch  # type: ignore[attr-defined]
+    module._fetch_figure_metadata = fetch_with_spec
+
+
+_AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {
+    "matplotlib.figure": _patch_figure,
+    "matplotlib_inline.backend_inline": _patch_inline,
+}
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader, patch: Callable[[ModuleType], None]) -> None:
+        self.loader = loader
+        self.patch = patch
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        try:
+            self.patch(module)
+        except Exception as exc:
+            print(f"[gateway] chart capture is off: {exc}", file=sys.stderr)
+
+
+class _AfterImportFinder(importlib.abc.MetaPathFinder):
+    """Runs a patch right after one of `_AFTER_IMPORT`'s modules is first imported."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        patch = _AFTER_IMPORT.get(fullname)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+def _seed_font_cache() -> None:
+    """Copy a pre-built matplotlib font cache into this kernel's private config folder."""
+    source, target = os.environ.get("GATEWAY_MPL_CACHE"), os.environ.get("MPLCONFIGDIR")
+    if not source or not target or not os.path.isdir(source):
+        return
+    os.makedirs(target, exist_ok=True)
+    for entry in os.scandir(source):
+        if entry.name.endswith(".json") and entry.is_file():
+            destination = os.path.join(target, entry.name)
+            if not os.path.exists(destination):
+                shutil.copyfile(entry.path, destination)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    _seed_font_cache()
+    warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
+    sys.meta_path.insert(0, _AfterImportFinder())
+    for name, patch in _AFTER_IMPORT.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
