@@ -120,7 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         if f.type == "bool":
             parser.add_argument(
-                flag, dest=f.name, action="store_const", const=True, default=None,
+                flag,
+                dest=f.name,
+                action="store_const",
+                const=True,
+                default=None,
                 help=f.metadata["help"],
             )
         else:

@@ -118,7 +118,7 @@ class OutputCollector:
             head = text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
             self._append(self._head, name, head)
             self._head_bytes = head_cap
-            text = text[len(head):]
+            text = text[len(head) :]
             size = len(text.encode("utf-8", "surrogatepass"))
         self._append(self._tail, name, text)
         self._tail_bytes += size

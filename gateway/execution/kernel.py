@@ -12,11 +12,12 @@ import contextlib
 import queue
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.connect import KernelConnectionInfo
 
 from gateway.errors import SandboxError
 
@@ -110,10 +111,12 @@ class KernelClient:
 
 
 @contextlib.asynccontextmanager
-async def connect(info: dict[str, Any], context: zmq.asyncio.Context) -> AsyncIterator[KernelClient]:
+async def connect(
+    info: dict[str, Any], context: zmq.asyncio.Context
+) -> AsyncIterator[KernelClient]:
     """A client for the kernel at `info`, with its sockets always closed on exit."""
     client = AsyncKernelClient(context=context)
-    client.load_connection_info(info)
+    client.load_connection_info(cast(KernelConnectionInfo, info))
     client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
     for channel in (client.shell_channel, client.iopub_channel, client.control_channel):
         channel.socket.setsockopt(zmq.LINGER, 0)

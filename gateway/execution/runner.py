@@ -24,7 +24,7 @@ from gateway.errors import SandboxError
 from gateway.execution.charts import charts_from_outputs
 from gateway.execution.collector import Caps, OutputCollector, OutputListener
 from gateway.execution.kernel import KernelClient, KernelDied, connect
-from gateway.runs.models import RunRecord, RunRequest, StagedFile, now_rfc3339
+from gateway.runs.models import KillReason, RunRecord, RunRequest, StagedFile, now_rfc3339
 from gateway.sandbox.base import Limits, ReadLimits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
@@ -90,7 +90,9 @@ def setup_code(request: RunRequest) -> str | None:
     if request.language == "python":
         payload = json.dumps(request.vars)
         return f"__import__('kernels.python.startup', fromlist=['_']).inject_vars({payload!r})"
-    lines = [f"export {name}={shlex.quote(_bash_value(value))}" for name, value in request.vars.items()]
+    lines = [
+        f"export {name}={shlex.quote(_bash_value(value))}" for name, value in request.vars.items()
+    ]
     return "\n".join(lines)
 
 
@@ -166,7 +168,9 @@ class KernelSession:
             self.client.interrupt()
         await asyncio.wait([pump], timeout=self.settings.interrupt_grace)
 
-    async def _pump(self, msg_id: str, collector: OutputCollector, limit_hit: asyncio.Event) -> None:
+    async def _pump(
+        self, msg_id: str, collector: OutputCollector, limit_hit: asyncio.Event
+    ) -> None:
         while True:
             msg = await self.client.iopub(timeout=3600)
             if msg["parent_header"].get("msg_id") != msg_id:
@@ -341,7 +345,9 @@ def apply_cell(record: RunRecord, language: str, cell: Cell) -> None:
 
 def settle_status(record: RunRecord, cell: Cell, events: frozenset[str], death: Any) -> None:
     """The record's status and kill reason, from how the cell ended and what limits struck."""
-    limit = "memory" if "memory" in events else "pids" if "pids" in events else None
+    limit: KillReason | None = (
+        "memory" if "memory" in events else "pids" if "pids" in events else None
+    )
     if cell.ending == "cancelled":
         record.status, record.kill_reason = "cancelled", "cancelled"
     elif cell.ending == "output_limit":
@@ -367,7 +373,9 @@ def settle_status(record: RunRecord, cell: Cell, events: frozenset[str], death: 
             record.status, record.kill_reason = "timed_out", "timeout"
     elif record.exit_code == 0:
         record.status = "succeeded"
-        record.error = None if record.error and record.error.get("ename") == "SystemExit" else record.error
+        record.error = (
+            None if record.error and record.error.get("ename") == "SystemExit" else record.error
+        )
         if limit is not None:
             record.notes.append(f"The {limit} limit was reached during the run.")
     elif limit is not None:

@@ -51,7 +51,7 @@ class HeadTailText:
             head = text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
             self._head.append(head)
             self._head_size += _size(head)
-            text = text[len(head):]
+            text = text[len(head) :]
             size = _size(text)
         self._tail.append(text)
         self._tail_size += size

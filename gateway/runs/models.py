@@ -144,7 +144,12 @@ class RunRecord:
 
     def to_storage(self) -> dict[str, Any]:
         """`to_json` plus what only the gateway needs (owner, code, creation time)."""
-        return {**self.to_json(), "user": self.user, "code": self.code, "created_at": self.created_at}
+        return {
+            **self.to_json(),
+            "user": self.user,
+            "code": self.code,
+            "created_at": self.created_at,
+        }
 
     @classmethod
     def from_storage(cls, data: dict[str, Any]) -> RunRecord:

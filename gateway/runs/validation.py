@@ -27,8 +27,18 @@ from gateway.settings import Settings
 
 RUN_FIELDS = frozenset(
     {
-        "code", "language", "timeout", "files", "entrypoint", "archive", "vars", "env",
-        "return_files", "background", "network", "working_dir",
+        "code",
+        "language",
+        "timeout",
+        "files",
+        "entrypoint",
+        "archive",
+        "vars",
+        "env",
+        "return_files",
+        "background",
+        "network",
+        "working_dir",
     }
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -150,7 +160,9 @@ def parse_return_files(value: Any, settings: Settings) -> tuple[str, ...]:
         )
     for index, path in enumerate(value):
         if "\x00" in path:
-            raise InvalidPath("A return_files path contains a NUL byte.", field=f"return_files[{index}]")
+            raise InvalidPath(
+                "A return_files path contains a NUL byte.", field=f"return_files[{index}]"
+            )
     return tuple(value)
 
 
@@ -180,9 +192,7 @@ def parse_vars(value: Any, language: Language) -> dict[str, Any]:
     if language == "bash":
         for key, item in value.items():
             if not _ENV_NAME.match(key):
-                raise InvalidRequest(
-                    f"{key!r} is not a valid bash variable name.", field="vars"
-                )
+                raise InvalidRequest(f"{key!r} is not a valid bash variable name.", field="vars")
             if isinstance(item, bool) or not isinstance(item, str | int | float):
                 raise InvalidRequest(
                     f"The bash variable {key!r} must be a string or a number.", field="vars"
@@ -211,7 +221,9 @@ def resolve_working_dir(
         allowed = [Path(d).resolve() for d in settings.admin_dirs] + [settings.workspaces.resolve()]
         target = requested.resolve()
         if not any(target == a or a in target.parents for a in allowed):
-            raise Forbidden(f"{value} is not among the folders an admin may use.", field="working_dir")
+            raise Forbidden(
+                f"{value} is not among the folders an admin may use.", field="working_dir"
+            )
     elif requested.is_absolute():
         target = requested.resolve()
         if not (target == root or root in target.parents):
@@ -261,7 +273,9 @@ def parse_run_request(
             raise InvalidRequest("`archive` must be an upload id.", field="archive")
         if not settings.allow_uploads:
             raise Forbidden(
-                "Archives are disabled on this gateway.", field="archive", code="archive_mode_disabled"
+                "Archives are disabled on this gateway.",
+                field="archive",
+                code="archive_mode_disabled",
             )
     if entrypoint is not None:
         entrypoint = check_relative_path(entrypoint, "entrypoint")

@@ -95,6 +95,23 @@ class Cgroup:
             return None
         return group
 
+    @classmethod
+    def of_process(cls, pid: int) -> Cgroup | None:
+        """The cgroup(s) a running process is in (to read a container's usage)."""
+        dirs: dict[str, Path] = {}
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text(encoding="ascii").splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if controllers == "" and (ROOT / "cgroup.controllers").exists():
+                return cls({"unified": ROOT / path.lstrip("/")}, v2=True)
+            for controller in controllers.split(","):
+                if controller in ("memory", "pids", "cpuacct"):
+                    dirs[controller] = ROOT / controller / path.lstrip("/")
+        return cls(dirs, v2=False) if {"memory", "pids", "cpuacct"} <= set(dirs) else None
+
     @property
     def proc_files(self) -> list[Path]:
         """Files a process writes its pid into to join this group."""

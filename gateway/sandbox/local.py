@@ -213,8 +213,19 @@ class LocalSandbox(Sandbox):
         argv = kernel_argv(self.spec.language, sys.executable, str(connection_file))
         command, home = self._command(argv)
         files = [] if self.group is None else [str(p) for p in self.group.proc_files]
-        command = ["/bin/sh", "-c", _LAUNCHER, "sh", str(self.workdir), str(len(files)), *files, *command]
-        path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+        command = [
+            "/bin/sh",
+            "-c",
+            _LAUNCHER,
+            "sh",
+            str(self.workdir),
+            str(len(files)),
+            *files,
+            *command,
+        ]
+        path = os.pathsep.join(
+            [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+        )
         env = kernel_env(home, {}, path)
         env.update(
             {
@@ -226,7 +237,7 @@ class LocalSandbox(Sandbox):
         env.update(self.spec.env)
         log_fd = os.open(self.root / "kernel.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            self.pid = os.posix_spawn(
+            self.pid = os.posix_spawn(  # noqa: ASYNC221 - vfork+exec, returns at once
                 command[0],
                 command,
                 env,

@@ -40,12 +40,16 @@ def _axes_spec(ax: Any) -> dict[str, Any]:
             patches = list(container)
             label = container.get_label()
             horizontal = getattr(container, "orientation", "vertical") == "horizontal"
-            names = [t.get_text() for t in (ax.get_yticklabels() if horizontal else ax.get_xticklabels())]
+            names = [
+                t.get_text() for t in (ax.get_yticklabels() if horizontal else ax.get_xticklabels())
+            ]
             series.append(
                 {
                     "type": "bar",
                     "label": None if not label or label.startswith("_") else label,
-                    "x": _values(p.get_y() if horizontal else p.get_x() + p.get_width() / 2 for p in patches),
+                    "x": _values(
+                        p.get_y() if horizontal else p.get_x() + p.get_width() / 2 for p in patches
+                    ),
                     "y": _values(p.get_width() if horizontal else p.get_height() for p in patches),
                     "tick_labels": names[:MAX_POINTS],
                 }

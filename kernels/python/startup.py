@@ -28,7 +28,12 @@ from typing import Any
 from kernels.python.chartspec import figure_spec
 
 _RESERVED = frozenset({"input", "result", "output"})
-_SAVED_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
+_SAVED_MIME = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".svg": "image/svg+xml",
+}
 _MAX_PUBLISHED_BYTES = 16 * 1024 * 1024
 _state = threading.local()
 
@@ -96,9 +101,11 @@ def _publish_image(mime: str, data: bytes, metadata: dict[str, Any]) -> None:
     if len(data) > _MAX_PUBLISHED_BYTES:
         print(f"[gateway] a saved chart of {len(data)} bytes was not returned", file=sys.stderr)
         return
-    text = data.decode("utf-8", "replace") if mime == "image/svg+xml" else base64.b64encode(
-        data
-    ).decode("ascii")
+    text = (
+        data.decode("utf-8", "replace")
+        if mime == "image/svg+xml"
+        else base64.b64encode(data).decode("ascii")
+    )
     publish_display_data({mime: text, "text/plain": "<Figure>"}, metadata=metadata)
 
 
@@ -121,7 +128,9 @@ def _savefig_publisher(original: Callable[..., Any]) -> Callable[..., Any]:
     return savefig
 
 
-def _publish_saved(figure: Any, original: Callable[..., Any], fname: Any, kwargs: dict[str, Any]) -> None:
+def _publish_saved(
+    figure: Any, original: Callable[..., Any], fname: Any, kwargs: dict[str, Any]
+) -> None:
     path: str | None = None
     if isinstance(fname, str | os.PathLike):
         path = os.fspath(fname)
@@ -162,7 +171,7 @@ def _patch_inline(module: ModuleType) -> None:
         return metadata
 
     fetch_with_spec.__wrapped__ = fetch  # type: ignore[attr-defined]
-    module._fetch_figure_metadata = fetch_with_spec
+    module.__dict__["_fetch_figure_metadata"] = fetch_with_spec
 
 
 _AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {

@@ -1,0 +1,66 @@
+"""Who is calling: bearer tokens from the operator's token file, compared in constant time."""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+from pathlib import Path
+from typing import Literal
+
+Role = Literal["user", "admin"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    user: str
+    role: Role
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+SINGLE_USER = Principal(user="local", role="admin")
+
+
+class TokenTable:
+    """Token -> principal. Empty table means single-user mode (no auth, loopback only)."""
+
+    def __init__(self, entries: dict[str, Principal]) -> None:
+        self._entries = [(token.encode(), principal) for token, principal in entries.items()]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._entries)
+
+    @classmethod
+    def load(cls, path: Path | None) -> TokenTable:
+        if path is None:
+            return cls({})
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not data:
+            raise ValueError(f"{path}: expected a non-empty object of tokens")
+        entries: dict[str, Principal] = {}
+        for token, spec in data.items():
+            if not isinstance(spec, dict) or not isinstance(spec.get("user"), str):
+                raise ValueError(f"{path}: each token needs {{'user': ..., 'role': ...}}")
+            role = spec.get("role", "user")
+            if role not in ("user", "admin"):
+                raise ValueError(f"{path}: role must be 'user' or 'admin', not {role!r}")
+            if len(token) < 16:
+                raise ValueError(f"{path}: tokens must be at least 16 characters")
+            entries[token] = Principal(user=spec["user"], role=role)
+        return cls(entries)
+
+    def authenticate(self, token: str | None) -> Principal | None:
+        if not self.enabled:
+            return SINGLE_USER
+        if not token:
+            return None
+        candidate = token.encode()
+        found: Principal | None = None
+        for known, principal in self._entries:  # compare with every token: no early exit
+            if hmac.compare_digest(candidate, known):
+                found = principal
+        return found

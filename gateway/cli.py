@@ -1,0 +1,45 @@
+"""Command line: `gateway serve [flags]` starts the server (see `--help`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from gateway import settings as settings_module
+from gateway.version import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="start the gateway")
+    settings_module.add_arguments(serve)
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        logging.basicConfig(
+            level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        try:
+            settings = settings_module.load(args)
+        except (OSError, ValueError) as exc:
+            print(f"gateway: bad configuration: {exc}", file=sys.stderr)
+            return 2
+        from gateway.server import serve
+
+        try:
+            asyncio.run(serve(settings))
+        except (RuntimeError, OSError) as exc:
+            print(f"gateway: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    return 2

@@ -1,0 +1,27 @@
+"""Operations: `/v1/health` and `/metrics`."""
+
+from __future__ import annotations
+
+from gateway.handlers.base import BaseHandler
+from gateway.version import __version__
+
+
+class HealthHandler(BaseHandler):
+    public = True
+
+    def get(self) -> None:
+        runs = self.services.runs
+        self.send_json(
+            {
+                "status": "draining" if runs.draining else "ok",
+                "backend": self.services.backend.name,
+                "kernels": {"running": runs.running, "pooled": 0},
+                "version": __version__,
+            }
+        )
+
+
+class MetricsHandler(BaseHandler):
+    def get(self) -> None:
+        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.finish(self.services.metrics.render())

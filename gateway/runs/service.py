@@ -1,0 +1,195 @@
+"""`RunService`: admits runs (capacity, queue, per-user limits), executes them as tasks,
+keeps their records in the store, cancels them, and drains on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+
+import zmq.asyncio
+
+from gateway.errors import CapacityExceeded, GatewayError, NotFound, SandboxError
+from gateway.execution.collector import OutputListener
+from gateway.execution.runner import Execution
+from gateway.metrics import Metrics
+from gateway.runs.models import RunRecord, RunRequest, StagedFile, new_run_id
+from gateway.runs.store import RecordStore
+from gateway.sandbox.base import SandboxBackend
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ActiveRun:
+    record: RunRecord
+    task: asyncio.Task[RunRecord] | None = None
+    execution: Execution | None = None
+    error: GatewayError | None = None
+
+
+class RunService:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: SandboxBackend,
+        store: RecordStore,
+        context: zmq.asyncio.Context,
+        metrics: Metrics,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.store = store
+        self.context = context
+        self.metrics = metrics
+        self.active: dict[str, ActiveRun] = {}
+        self._slots = asyncio.Semaphore(settings.max_concurrent_runs)
+        self._running = 0
+        self._draining = False
+        metrics.gauges["gateway_queue_length"] = lambda: float(self.queued)
+        metrics.gauges["gateway_runs_running"] = lambda: float(self._running)
+        metrics.gauges["gateway_kernels_pooled"] = lambda: 0.0
+
+    @property
+    def queued(self) -> int:
+        return len(self.active) - self._running
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def _admit(self, user: str) -> None:
+        retry = max(1.0, self.settings.default_timeout / 4)
+        if self._draining:
+            raise CapacityExceeded("The gateway is shutting down.", retry_after=retry)
+        if (
+            self.queued >= self.settings.max_queued_runs
+            and self._running >= self.settings.max_concurrent_runs
+        ):
+            raise CapacityExceeded(
+                "Every run slot is busy and the queue is full; try again shortly.",
+                retry_after=retry,
+            )
+        mine = sum(1 for a in self.active.values() if a.record.user == user)
+        if mine >= self.settings.max_runs_per_user:
+            raise CapacityExceeded(
+                f"You already have {mine} runs in progress; the limit is "
+                f"{self.settings.max_runs_per_user}.",
+                retry_after=retry,
+            )
+
+    async def submit(
+        self,
+        request: RunRequest,
+        listener: OutputListener | None = None,
+        extra_files: tuple[StagedFile, ...] = (),
+    ) -> ActiveRun:
+        """Admit a run and start it as a task; the returned record is `queued`."""
+        self._admit(request.user)
+        record = RunRecord(
+            id=new_run_id(), language=request.language, user=request.user, code=request.source
+        )
+        active = ActiveRun(record=record)
+        self.active[record.id] = active
+        try:
+            await self.store.put(record)
+        except BaseException:
+            del self.active[record.id]
+            raise
+        active.task = asyncio.create_task(self._run(active, request, listener, extra_files))
+        return active
+
+    async def run(self, request: RunRequest, listener: OutputListener | None = None) -> RunRecord:
+        """Run and wait for the final record (raises SandboxError if no kernel could start)."""
+        active = await self.submit(request, listener)
+        assert active.task is not None
+        record = await asyncio.shield(active.task)
+        if active.error is not None:
+            raise active.error
+        return record
+
+    async def _run(
+        self,
+        active: ActiveRun,
+        request: RunRequest,
+        listener: OutputListener | None,
+        extra_files: tuple[StagedFile, ...],
+    ) -> RunRecord:
+        record = active.record
+        started = time.monotonic()
+        try:
+            async with self._slots:
+                self._running += 1
+                try:
+                    execution = Execution(
+                        request,
+                        record,
+                        self.backend,
+                        self.settings,
+                        self.context,
+                        listener,
+                        extra_files,
+                    )
+                    active.execution = execution
+                    await self.store.put(record)
+                    await execution.run()
+                finally:
+                    self._running -= 1
+        except asyncio.CancelledError:
+            record.status, record.kill_reason = "cancelled", "cancelled"
+            record.notes.append("The run was cancelled before it started.")
+        except SandboxError as exc:
+            active.error = exc
+            record.status = "failed"
+            record.notes.append(exc.message)
+        except Exception:
+            log.exception("run %s failed inside the gateway", record.id)
+            record.status = "failed"
+            record.notes.append("The gateway failed while running this; the error was logged.")
+        finally:
+            self.active.pop(record.id, None)
+            self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.put(record))
+        return record
+
+    async def get(self, run_id: str, user: str, admin: bool) -> RunRecord:
+        active = self.active.get(run_id)
+        record = active.record if active is not None else await self.store.get(run_id)
+        if record is None or (record.user != user and not admin):
+            raise NotFound(f"There is no run {run_id!r}.")
+        return record
+
+    async def cancel(self, run_id: str, user: str, admin: bool) -> RunRecord:
+        record = await self.get(run_id, user, admin)
+        active = self.active.get(run_id)
+        if active is None or active.task is None:
+            return record  # already final: cancelling is a no-op
+        if active.execution is not None:
+            active.execution.cancel.set()
+        else:
+            active.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(active.task)
+        return active.record
+
+    async def drain(self) -> None:
+        """Refuse new runs, let running ones finish (bounded), cancel what is left."""
+        self._draining = True
+        tasks = [a.task for a in self.active.values() if a.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.settings.drain_timeout)
+            for active in list(self.active.values()):
+                if active.execution is not None:
+                    active.execution.cancel.set()
+                elif active.task is not None:
+                    active.task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=30)

@@ -1,0 +1,62 @@
+"""Pick the sandbox backend at start: docker when an engine answers and the kernel image
+exists, else local; say which and why."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from pathlib import Path
+
+from gateway.sandbox.base import SandboxBackend
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def instance_id(settings: Settings) -> str:
+    """The gateway's instance id: stable across restarts, kept in the data dir."""
+    if settings.instance_id:
+        return settings.instance_id
+    path = settings.data_dir / "instance-id"
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        value = secrets.token_hex(8)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value, encoding="ascii")
+        return value
+
+
+def probe_docker_sync(image: str) -> tuple[bool, str]:
+    """Whether a Docker engine answers and has the kernel image, and why (blocking)."""
+    try:
+        from gateway.sandbox.docker import probe_docker
+    except ImportError as exc:
+        return False, f"the Docker backend cannot be loaded ({exc})"
+    return probe_docker(image)
+
+
+async def docker_available(image: str) -> tuple[bool, str]:
+    return await asyncio.to_thread(probe_docker_sync, image)
+
+
+async def choose_backend(settings: Settings) -> tuple[SandboxBackend, str]:
+    """The backend to use and a sentence saying why."""
+    ident = instance_id(settings)
+    hidden = [p for p in (settings.data_dir, settings.workspaces, settings.tokens) if p is not None]
+    if settings.backend in ("docker", "auto"):
+        ok, why = await docker_available(settings.docker_image)
+        if ok:
+            from gateway.sandbox.docker import DockerBackend
+
+            reason = "requested" if settings.backend == "docker" else why
+            return DockerBackend(settings, ident), f"backend docker ({reason})"
+        if settings.backend == "docker":
+            raise RuntimeError(f"--backend docker was requested but {why}")
+        local_reason = f"backend local ({why})"
+    else:
+        local_reason = "backend local (requested)"
+    from gateway.sandbox.local import LocalBackend
+
+    return LocalBackend(ident, settings.data_dir, [Path(p) for p in hidden]), local_reason

@@ -1,0 +1,120 @@
+"""The gateway's lifecycle: build every service from the settings, listen, drain, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+
+import tornado.httpserver
+import tornado.netutil
+import zmq.asyncio
+
+from gateway.app import make_app
+from gateway.auth import TokenTable
+from gateway.handlers.base import Services
+from gateway.metrics import Metrics
+from gateway.runs.service import RunService
+from gateway.runs.store import RecordStore
+from gateway.sandbox.select import choose_backend
+from gateway.settings import Settings
+
+log = logging.getLogger("gateway")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Gateway:
+    """One running gateway. `await start()`, then `await stop()`; tests do the same."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.tokens = TokenTable.load(settings.tokens)
+        if not self.tokens.enabled and not is_loopback(settings.host):
+            raise RuntimeError(
+                f"No --tokens file is configured, so the gateway runs single-user and only "
+                f"binds to loopback; refusing to listen on {settings.host}."
+            )
+        self.port = settings.port
+        self.backend_reason = ""
+        self._server: tornado.httpserver.HTTPServer | None = None
+        self._expiry: asyncio.Task[None] | None = None
+        self.services: Services | None = None
+
+    async def start(self) -> None:
+        settings = self.settings
+        backend, self.backend_reason = await choose_backend(settings)
+        log.info("%s", self.backend_reason)
+        if not self.tokens.enabled:
+            log.warning("no --tokens file: single-user mode, listening on loopback only")
+        await backend.startup()
+        store = RecordStore(settings.data_dir / "runs.sqlite3")
+        await store.open()
+        failed = await store.fail_unfinished(
+            "The gateway stopped while this run was in progress; its result is lost."
+        )
+        if failed:
+            log.warning("marked %d runs left unfinished by the previous gateway as failed", failed)
+        self.context = zmq.asyncio.Context()
+        metrics = Metrics()
+        runs = RunService(settings, backend, store, self.context, metrics)
+        self.services = Services(settings, runs, self.tokens, backend, metrics)
+        self.store = store
+        app = make_app(self.services)
+        sockets = tornado.netutil.bind_sockets(
+            settings.port, settings.host, family=socket.AF_UNSPEC
+        )
+        self.port = sockets[0].getsockname()[1]
+        self._server = tornado.httpserver.HTTPServer(
+            app, max_body_size=settings.max_body_bytes * 4, idle_connection_timeout=3600
+        )
+        self._server.add_sockets(sockets)
+        self._expiry = asyncio.create_task(self._expire_records())
+        log.info("listening on http://%s:%d", settings.host, self.port)
+
+    async def _expire_records(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.store.expire(self.settings.record_ttl)
+            await asyncio.sleep(min(3600.0, max(1.0, self.settings.record_ttl / 10)))
+
+    async def stop(self) -> None:
+        """Drain: stop listening, let runs finish (bounded), destroy every sandbox, close."""
+        if self._server is not None:
+            self._server.stop()
+        if self.services is not None:
+            await self.services.runs.drain()
+            await self.services.backend.shutdown()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        if self._server is not None:
+            await self._server.close_all_connections()
+        if self.services is not None:
+            await self.store.close()
+            self.context.destroy(linger=0)
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM or SIGINT, then drain and exit."""
+    gateway = Gateway(settings)
+    await gateway.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("draining: waiting for running runs, then destroying every sandbox")
+    await gateway.stop()
+    log.info("stopped")

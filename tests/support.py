@@ -1,0 +1,184 @@
+"""Test support: a real gateway on a free port in a thread of its own, a small HTTP client,
+and the leak census that every test must pass."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import http.client
+import json
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from gateway import settings as settings_module
+from gateway.server import Gateway
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclasses.dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Client:
+    """A blocking HTTP client for one gateway (tests run it from the main thread)."""
+
+    def __init__(self, port: int, token: str | None = None) -> None:
+        self.port = port
+        self.token = token
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 120,
+    ) -> Response:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        all_headers = {"Content-Type": "application/json"}
+        if self.token:
+            all_headers["Authorization"] = f"Bearer {self.token}"
+        all_headers.update(headers or {})
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        try:
+            conn.request(method, path, body=data, headers=all_headers)
+            response = conn.getresponse()
+            return Response(response.status, dict(response.getheaders()), response.read())
+        finally:
+            conn.close()
+
+    def run(self, **body: Any) -> dict[str, Any]:
+        """POST /v1/runs and return the run record, asserting a 200."""
+        response = self.request("POST", "/v1/runs", body)
+        assert response.status == 200, response.body[:2000]
+        record: dict[str, Any] = response.json()
+        return record
+
+
+class GatewayThread:
+    """A real `Gateway` serving on 127.0.0.1:<free port> from its own event loop thread."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="gwtest-"))
+        overrides.setdefault("data_dir", self.tmp / "data")
+        overrides.setdefault("port", 0)
+        overrides.setdefault("host", "127.0.0.1")
+        overrides.setdefault("kernel_start_timeout", 60.0)
+        self.settings = settings_module.load(environ={}, overrides=overrides)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.gateway = Gateway(self.settings)
+
+    def call(self, coro: Any, timeout: float = 600) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def start(self) -> GatewayThread:
+        self.thread.start()
+        self.call(self.gateway.start())
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.gateway.port
+
+    @property
+    def backend_name(self) -> str:
+        assert self.gateway.services is not None
+        return self.gateway.services.backend.name
+
+    def client(self, token: str | None = None) -> Client:
+        return Client(self.port, token)
+
+    def idle(self) -> bool:
+        assert self.gateway.services is not None
+        return not self.gateway.services.runs.active
+
+    def stop(self) -> None:
+        try:
+            self.call(self.gateway.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(30)
+            self.loop.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# --- leak census --------------------------------------------------------------------------
+
+
+def sandbox_processes() -> list[str]:
+    """Processes started by a sandbox (they carry GATEWAY_SANDBOX in their environment)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            if b"GATEWAY_SANDBOX=" in environ:
+                found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:120]!r}")
+        except OSError:
+            continue
+    return found
+
+
+def sandbox_folders() -> list[str]:
+    tmp = Path(tempfile.gettempdir())
+    return sorted(str(p) for p in tmp.glob("gw*-*") if not p.name.startswith("gwtest-"))
+
+
+def sandbox_cgroups() -> list[str]:
+    root = Path("/sys/fs/cgroup")
+    return sorted(str(p) for p in root.glob("*/gateway-*")) + sorted(
+        str(p) for p in root.glob("gateway-*")
+    )
+
+
+def docker_leftovers() -> list[str]:
+    if shutil.which("docker") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=gateway.instance"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        ).stdout.split()
+        volumes = subprocess.run(
+            ["docker", "volume", "ls", "-q", "--filter", "label=gateway.instance"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        ).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [f"container {c}" for c in out] + [f"volume {v}" for v in volumes]
+
+
+def census() -> list[str]:
+    return sandbox_processes() + sandbox_folders() + sandbox_cgroups() + docker_leftovers()
+
+
+def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.1) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
