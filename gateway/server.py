@@ -11,6 +11,7 @@ import socket
 
 import tornado.httpserver
 import tornado.netutil
+import zmq
 import zmq.asyncio
 
 from gateway.app import make_app
@@ -66,6 +67,9 @@ class Gateway:
         if failed:
             log.warning("marked %d runs left unfinished by the previous gateway as failed", failed)
         self.context = zmq.asyncio.Context()
+        # Bound what a flooding kernel can queue inside the gateway (64 KiB messages).
+        self.context.setsockopt(zmq.RCVHWM, 256)
+        self.context.setsockopt(zmq.LINGER, 0)
         metrics = Metrics()
         runs = RunService(settings, backend, store, self.context, metrics)
         self.services = Services(settings, runs, self.tokens, backend, metrics)

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 Ending = Literal["finished", "timeout", "cancelled", "died", "output_limit"]
 
+IDLE_AFTER_REPLY = 2.0  # seconds to wait for iopub's `idle` once the execute_reply arrived
+
 _RESULT_EXPRESSION = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
 
 
@@ -136,7 +138,14 @@ class KernelSession:
         deadline = started + timeout
         try:
             while not (pump.done() and reply.done()):
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                if reply.done():
+                    # iopub is lossy under a flood (PUB drops at the high-water mark): once
+                    # the reply is in, wait only a little longer for the final `idle`.
+                    deadline = min(deadline, now + IDLE_AFTER_REPLY)
+                    if now >= deadline:
+                        break
+                remaining = deadline - now
                 pending = [w for w in waiters.values() if not w.done()]
                 if remaining <= 0:
                     cell.ending = "timeout"

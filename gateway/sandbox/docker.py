@@ -162,6 +162,7 @@ class DockerSandbox(Sandbox):
         self.key = new_key()
         self._cgroup: Cgroup | None = None
         self._state: dict[str, Any] = {}
+        self._staged: bytes | None = None
 
     # --- creation (blocking, on the backend's pool) -------------------------------------
 
@@ -224,9 +225,11 @@ class DockerSandbox(Sandbox):
     # --- files --------------------------------------------------------------------------
 
     async def stage_files(self, files: Sequence[StagedFile]) -> None:
+        # A tmpfs volume only keeps its content while a container has it mounted, so the
+        # files go in right after the container starts, before `start()` returns and so
+        # before the kernel can run any code.
         if files:
-            tar = staged_tar(files, KERNEL_UID, KERNEL_UID)
-            await self.backend.call(self.container.put_archive, WORKDIR, tar)
+            self._staged = staged_tar(files, KERNEL_UID, KERNEL_UID)
 
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
         request = json.dumps(
@@ -296,6 +299,8 @@ class DockerSandbox(Sandbox):
     async def start(self) -> dict[str, Any]:
         try:
             await self.backend.call(self.container.start)
+            if self._staged is not None:
+                await self.backend.call(self.container.put_archive, WORKDIR, self._staged)
             attrs = await self.backend.call(self._inspect)
         except docker.errors.APIError as exc:
             raise SandboxError(f"The kernel container could not start: {exc.explanation}") from exc

@@ -174,7 +174,46 @@ def _patch_inline(module: ModuleType) -> None:
     module.__dict__["_fetch_figure_metadata"] = fetch_with_spec
 
 
+STREAM_CHUNK = 64 * 1024
+FLUSH_AT = 1024 * 1024
+
+
+def _bound_stream_buffers(module: ModuleType) -> None:
+    """Keep ipykernel's stdout/stderr buffers and messages small.
+
+    ipykernel sends whatever accumulated in 0.2 s as one message, so a print loop grows one
+    buffer (and one message) without bound: the kernel runs out of memory before anything
+    arrives, and the gateway would have to hold the whole message before capping it. Here
+    a writer waits for a flush after every FLUSH_AT characters (backpressure), and a flush
+    goes out in messages of at most STREAM_CHUNK characters.
+    """
+    out_stream = module.OutStream
+    flush_buffers, write = out_stream._flush_buffers, out_stream.write
+    if hasattr(flush_buffers, "__wrapped__"):
+        return
+
+    def chunked_flush_buffers(self: Any) -> Any:
+        for parent, data in flush_buffers(self):
+            for start in range(0, len(data), STREAM_CHUNK):
+                yield parent, data[start : start + STREAM_CHUNK]
+
+    def bounded_write(self: Any, string: str) -> Any:
+        written = write(self, string)
+        pending = self.__dict__.get("_gateway_pending", 0) + len(string)
+        if pending >= FLUSH_AT:
+            pending = 0
+            self.flush()
+        self.__dict__["_gateway_pending"] = pending
+        return written
+
+    chunked_flush_buffers.__wrapped__ = flush_buffers  # type: ignore[attr-defined]
+    bounded_write.__wrapped__ = write  # type: ignore[attr-defined]
+    out_stream._flush_buffers = chunked_flush_buffers
+    out_stream.write = bounded_write
+
+
 _AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {
+    "ipykernel.iostream": _bound_stream_buffers,
     "matplotlib.figure": _patch_figure,
     "matplotlib_inline.backend_inline": _patch_inline,
 }
