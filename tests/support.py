@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import http.client
 import json
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -18,6 +19,16 @@ from gateway import settings as settings_module
 from gateway.server import Gateway
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Instance ids of the gateways this test process started: the leak census looks only at
+# their sandboxes, so that test runs of other checkouts on the same machine do not count.
+INSTANCES: set[str] = set()
+
+
+def new_instance_id() -> str:
+    ident = "t" + secrets.token_hex(7)
+    INSTANCES.add(ident)
+    return ident
 
 
 @dataclasses.dataclass
@@ -77,6 +88,8 @@ class GatewayThread:
         overrides.setdefault("port", 0)
         overrides.setdefault("host", "127.0.0.1")
         overrides.setdefault("kernel_start_timeout", 60.0)
+        overrides.setdefault("instance_id", new_instance_id())
+        INSTANCES.add(overrides["instance_id"])
         self.settings = settings_module.load(environ={}, overrides=overrides)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -119,15 +132,20 @@ class GatewayThread:
 # --- leak census --------------------------------------------------------------------------
 
 
+def _prefixes() -> tuple[str, ...]:
+    return tuple(f"gw{ident[:6]}-" for ident in INSTANCES)
+
+
 def sandbox_processes() -> list[str]:
-    """Processes started by a sandbox (they carry GATEWAY_SANDBOX in their environment)."""
+    """Processes of our sandboxes (they carry GATEWAY_SANDBOX=<folder> in their environment)."""
+    needles = [f"GATEWAY_SANDBOX={p}".encode() for p in _prefixes()]
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes()
-            if b"GATEWAY_SANDBOX=" in environ:
+            if any(n in environ for n in needles):
                 found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:120]!r}")
         except OSError:
             continue
@@ -136,37 +154,42 @@ def sandbox_processes() -> list[str]:
 
 def sandbox_folders() -> list[str]:
     tmp = Path(tempfile.gettempdir())
-    return sorted(str(p) for p in tmp.glob("gw*-*") if not p.name.startswith("gwtest-"))
+    return sorted(str(p) for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
 
 
 def sandbox_cgroups() -> list[str]:
     root = Path("/sys/fs/cgroup")
-    return sorted(str(p) for p in root.glob("*/gateway-*")) + sorted(
-        str(p) for p in root.glob("gateway-*")
+    names = [f"gateway-{p}" for p in _prefixes()]
+    return sorted(
+        str(p) for name in names for p in [*root.glob(f"*/{name}*"), *root.glob(f"{name}*")]
     )
 
 
 def docker_leftovers() -> list[str]:
-    if shutil.which("docker") is None:
+    if shutil.which("docker") is None or not INSTANCES:
         return []
-    try:
-        out = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", "label=gateway.instance"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        ).stdout.split()
-        volumes = subprocess.run(
-            ["docker", "volume", "ls", "-q", "--filter", "label=gateway.instance"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        ).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [f"container {c}" for c in out] + [f"volume {v}" for v in volumes]
+    found = []
+    for ident in INSTANCES:
+        label = f"label=gateway.instance={ident}"
+        try:
+            containers = subprocess.run(
+                ["docker", "ps", "-aq", "--filter", label],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            ).stdout.split()
+            volumes = subprocess.run(
+                ["docker", "volume", "ls", "-q", "--filter", label],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            ).stdout.split()
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        found += [f"container {c}" for c in containers] + [f"volume {v}" for v in volumes]
+    return found
 
 
 def census() -> list[str]:

@@ -36,15 +36,36 @@ def error_of(response: Any, status: int, code: str) -> dict[str, Any]:
         ({"code": "1", "language": "ruby"}, "unsupported_language", "language"),
         ({"code": "1", "timeout": "soon"}, "invalid_request", "timeout"),
         ({"code": "1", "timeout": True}, "invalid_request", "timeout"),
-        ({"code": "1", "files": [{"path": "../x", "content": ""}]}, "invalid_path", "files[0].path"),
-        ({"code": "1", "files": [{"path": "/etc/x", "content": ""}]}, "invalid_path", "files[0].path"),
-        ({"code": "1", "files": [{"path": "a\u0000b", "content": ""}]}, "invalid_path", "files[0].path"),
-        ({"code": "1", "files": [{"path": "a", "content": "%%", "encoding": "base64"}]},
-         "invalid_request", "files[0].content"),
-        ({"code": "1", "files": [{"path": "a", "content": "", "encoding": "rot13"}]},
-         "invalid_request", "files[0].encoding"),
-        ({"code": "1", "entrypoint": "a.py", "files": [{"path": "a.py", "content": ""}]},
-         "conflicting_fields", "entrypoint"),
+        (
+            {"code": "1", "files": [{"path": "../x", "content": ""}]},
+            "invalid_path",
+            "files[0].path",
+        ),
+        (
+            {"code": "1", "files": [{"path": "/etc/x", "content": ""}]},
+            "invalid_path",
+            "files[0].path",
+        ),
+        (
+            {"code": "1", "files": [{"path": "a\u0000b", "content": ""}]},
+            "invalid_path",
+            "files[0].path",
+        ),
+        (
+            {"code": "1", "files": [{"path": "a", "content": "%%", "encoding": "base64"}]},
+            "invalid_request",
+            "files[0].content",
+        ),
+        (
+            {"code": "1", "files": [{"path": "a", "content": "", "encoding": "rot13"}]},
+            "invalid_request",
+            "files[0].encoding",
+        ),
+        (
+            {"code": "1", "entrypoint": "a.py", "files": [{"path": "a.py", "content": ""}]},
+            "conflicting_fields",
+            "entrypoint",
+        ),
         ({"language": "python"}, "invalid_request", "code"),
         ({"code": 5}, "invalid_request", "code"),
         ({"entrypoint": "nope.py"}, "invalid_request", "entrypoint"),
@@ -90,8 +111,13 @@ def test_oversize_chunked_body(small: GatewayThread) -> None:
 
     conn = http.client.HTTPConnection("127.0.0.1", small.port, timeout=30)
     chunks = (b"x" * 16384 for _ in range(8))
-    conn.request("POST", "/v1/runs", body=chunks, headers={"Content-Type": "application/json"},
-                 encode_chunked=True)
+    conn.request(
+        "POST",
+        "/v1/runs",
+        body=chunks,
+        headers={"Content-Type": "application/json"},
+        encode_chunked=True,
+    )
     response = conn.getresponse()
     assert response.status == 413
     conn.close()

@@ -45,7 +45,9 @@ def test_large_output_keeps_head_and_tail(capped: GatewayThread) -> None:
 
 def test_flood_does_not_grow_gateway_memory(capped: GatewayThread) -> None:
     before = peak_rss()
-    code = "import sys\nchunk = 'y' * 999 + '\\n'\nfor _ in range(6000):\n    sys.stdout.write(chunk)"
+    code = (
+        "import sys\nchunk = 'y' * 999 + '\\n'\nfor _ in range(6000):\n    sys.stdout.write(chunk)"
+    )
     record = capped.client().run(code=code)  # 6 MB of output, under the 8 MB kill limit
     assert record["status"] == "succeeded" and record["stdout_truncated"]
     grown = peak_rss() - before
@@ -64,6 +66,8 @@ def test_endless_output_is_killed_at_the_output_limit(capped: GatewayThread) -> 
 def test_endless_bash_output_ends_at_the_deadline_with_bounded_output(
     capped: GatewayThread,
 ) -> None:
-    record = capped.client().run(language="bash", code="yes | head -c 5000000; sleep 100", timeout=3)
+    record = capped.client().run(
+        language="bash", code="yes | head -c 5000000; sleep 100", timeout=3
+    )
     assert record["status"] == "timed_out"
     assert record["stdout_truncated"] and len(record["stdout"]) < CAP + 200

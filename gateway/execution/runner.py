@@ -1,5 +1,5 @@
 """Execute one run: sandbox -> stage files -> kernel -> execute -> collect -> deadline ->
-return files -> destroy. The only module that drives a sandbox and a kernel together.
+return files -> destroy, and turn how it went into the run record.
 
 The gateway enforces the deadline, not the kernel (DESIGN.md decision 4): at the deadline
 the kernel is interrupted, gets `interrupt_grace` seconds to flush, then every process of
@@ -9,61 +9,24 @@ the sandbox is killed. What was produced before is returned with `timed_out: tru
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import json
 import logging
 import shlex
 import time
-from collections.abc import Awaitable
-from typing import Any, Literal
+from typing import Any
 
 import zmq.asyncio
 
-from gateway.errors import SandboxError
 from gateway.execution.charts import charts_from_outputs
-from gateway.execution.collector import Caps, OutputCollector, OutputListener
-from gateway.execution.kernel import KernelClient, KernelDied, connect
+from gateway.execution.collector import OutputListener
+from gateway.execution.session import Cell, KernelSession, limits_from, open_session
 from gateway.runs.models import KillReason, RunRecord, RunRequest, StagedFile, now_rfc3339
-from gateway.sandbox.base import Limits, ReadLimits, Sandbox, SandboxBackend, SandboxSpec
+from gateway.sandbox.base import ReadLimits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Ending = Literal["finished", "timeout", "cancelled", "died", "output_limit"]
-
-IDLE_AFTER_REPLY = 2.0  # seconds to wait for iopub's `idle` once the execute_reply arrived
-
 _RESULT_EXPRESSION = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
-
-
-@dataclasses.dataclass
-class Cell:
-    """One piece of code run in the kernel: what it printed and how it ended."""
-
-    source: str
-    ending: Ending = "finished"
-    reply: dict[str, Any] | None = None
-    collector: OutputCollector | None = None
-    duration_ms: int = 0
-
-
-def limits_from(settings: Settings) -> Limits:
-    return Limits(
-        cpus=settings.cpus,
-        memory_bytes=settings.memory_bytes,
-        pids=settings.pids,
-        workdir_bytes=settings.workdir_bytes,
-        tmp_bytes=settings.tmp_bytes,
-    )
-
-
-def caps_from(settings: Settings) -> Caps:
-    return Caps(
-        stream_bytes=settings.stream_cap_bytes,
-        display_bytes=settings.display_cap_bytes,
-        limit_bytes=settings.output_limit_bytes,
-    )
 
 
 def exit_code_of(language: str, reply: dict[str, Any] | None) -> int | None:
@@ -102,113 +65,6 @@ def _bash_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-class KernelSession:
-    """A started kernel in its sandbox, ready to run cells until the deadline of each."""
-
-    def __init__(
-        self,
-        sandbox: Sandbox,
-        client: KernelClient,
-        settings: Settings,
-        cancel: asyncio.Event,
-    ) -> None:
-        self.sandbox = sandbox
-        self.client = client
-        self.settings = settings
-        self.cancel = cancel
-        self.dead = False
-
-    async def run_cell(
-        self, source: str, timeout: float, listener: OutputListener | None = None
-    ) -> Cell:
-        cell = Cell(source=source, collector=OutputCollector(caps_from(self.settings), listener))
-        assert cell.collector is not None
-        started = time.monotonic()
-        msg_id = self.client.execute(source)
-        limit_hit = asyncio.Event()
-        pump = asyncio.create_task(self._pump(msg_id, cell.collector, limit_hit))
-        reply = asyncio.create_task(self._reply(msg_id))
-        waiters: dict[str, asyncio.Future[Any]] = {
-            "pump": pump,
-            "reply": reply,
-            "cancel": asyncio.ensure_future(self.cancel.wait()),
-            "limit": asyncio.ensure_future(limit_hit.wait()),
-            "exit": asyncio.ensure_future(self.sandbox.wait_exit()),
-        }
-        deadline = started + timeout
-        try:
-            while not (pump.done() and reply.done()):
-                now = time.monotonic()
-                if reply.done():
-                    # iopub is lossy under a flood (PUB drops at the high-water mark): once
-                    # the reply is in, wait only a little longer for the final `idle`.
-                    deadline = min(deadline, now + IDLE_AFTER_REPLY)
-                    if now >= deadline:
-                        break
-                remaining = deadline - now
-                pending = [w for w in waiters.values() if not w.done()]
-                if remaining <= 0:
-                    cell.ending = "timeout"
-                    await self._interrupt(pump, reply)
-                    break
-                await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-                if self.cancel.is_set():
-                    cell.ending = "cancelled"
-                    break
-                if limit_hit.is_set():
-                    cell.ending = "output_limit"
-                    break
-                if waiters["exit"].done() and not (pump.done() and reply.done()):
-                    await asyncio.wait([pump], timeout=0.2)  # let the last output arrive
-                    cell.ending = "died"
-                    self.dead = True
-                    break
-            if reply.done() and not reply.cancelled():
-                cell.reply = reply.result()
-        finally:
-            for waiter in waiters.values():
-                waiter.cancel()
-            await asyncio.gather(*waiters.values(), return_exceptions=True)
-        cell.duration_ms = int((time.monotonic() - started) * 1000)
-        return cell
-
-    async def _interrupt(self, pump: asyncio.Task[None], reply: asyncio.Task[Any]) -> None:
-        with contextlib.suppress(Exception):
-            self.client.interrupt()
-        await asyncio.wait([pump], timeout=self.settings.interrupt_grace)
-
-    async def _pump(
-        self, msg_id: str, collector: OutputCollector, limit_hit: asyncio.Event
-    ) -> None:
-        while True:
-            msg = await self.client.iopub(timeout=3600)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind = msg["header"]["msg_type"]
-            if kind == "status" and msg["content"].get("execution_state") == "idle":
-                return
-            collector.add(msg)
-            if collector.limit_exceeded:
-                limit_hit.set()
-                return
-
-    async def _reply(self, msg_id: str) -> dict[str, Any]:
-        while True:
-            msg = await self.client.shell(timeout=3600)
-            if msg["parent_header"].get("msg_id") == msg_id:
-                content: dict[str, Any] = msg["content"]
-                return content
-
-    async def run_silent(self, code: str, timeout: float, **kw: Any) -> dict[str, Any] | None:
-        """Gateway code; None when it did not answer in time or the kernel is gone."""
-        if self.dead:
-            return None
-        try:
-            return await self.client.run_silent(code, timeout, **kw)
-        except TimeoutError:
-            return None
-
-
 class Execution:
     """One run of a `RunRequest`, filling in its `RunRecord`."""
 
@@ -230,6 +86,7 @@ class Execution:
         self.listener = listener
         self.extra_files = extra_files
         self.cancel = asyncio.Event()
+        self.kernel_start_seconds: float | None = None
 
     async def run(self) -> RunRecord:
         record, request = self.record, self.request
@@ -240,50 +97,26 @@ class Execution:
         spec = SandboxSpec(
             run_id=record.id,
             language=request.language,
-            limits=limits_from(self.settings),
+            limits=limits_from(self.settings, request.memory_bytes),
             env=dict(request.env),
             network=request.network,
             workspace=request.working_dir,
         )
+        files = self.extra_files + request.files
         try:
-            async with self.backend.sandbox(spec) as sandbox:
-                await sandbox.stage_files(self.extra_files + request.files)
-                info = await sandbox.start()
-                async with connect(info, self.context) as client:
-                    session = KernelSession(sandbox, client, self.settings, self.cancel)
-                    await self._until_cancelled(
-                        client.wait_ready(self.settings.kernel_start_timeout, lambda: True),
-                        sandbox,
-                    )
-                    if self.cancel.is_set():
-                        cell = Cell(source=request.source, ending="cancelled")
-                    else:
-                        cell = await self._run_user_code(session)
-                    await self._finish(sandbox, session, cell)
-        except KernelDied as exc:
-            raise SandboxError(f"The kernel could not start: {exc}") from exc
+            async with open_session(
+                self.backend, spec, files, self.settings, self.context, self.cancel
+            ) as session:
+                self.kernel_start_seconds = session.start_seconds
+                if self.cancel.is_set():
+                    cell = Cell(source=request.source, ending="cancelled")
+                else:
+                    cell = await self._run_user_code(session)
+                await self._finish(session.sandbox, session, cell)
         finally:
             record.usage.wall_ms = int((time.monotonic() - started) * 1000)
             record.finished_at = now_rfc3339()
         return record
-
-    async def _until_cancelled(self, work: Awaitable[None], sandbox: Sandbox) -> None:
-        """Wait for kernel start-up, giving up early on cancel or on the kernel's exit."""
-        task = asyncio.ensure_future(work)
-        cancel = asyncio.ensure_future(self.cancel.wait())
-        exited = asyncio.ensure_future(sandbox.wait_exit())
-        try:
-            await asyncio.wait([task, cancel, exited], return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                task.result()
-            elif exited.done() and not cancel.done():
-                death = await sandbox.death()
-                detail = f": {death.detail.strip()[-500:]}" if death and death.detail else ""
-                raise SandboxError(f"The kernel exited while starting{detail}")
-        finally:
-            for future in (task, cancel, exited):
-                future.cancel()
-            await asyncio.gather(task, cancel, exited, return_exceptions=True)
 
     async def _run_user_code(self, session: KernelSession) -> Cell:
         setup = setup_code(self.request)

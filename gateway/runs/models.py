@@ -52,6 +52,7 @@ class RunRequest:
     working_dir: Path | None = None
     user: str = "anonymous"
     notes: tuple[str, ...] = ()
+    memory_bytes: int | None = None  # a lower memory limit than the operator's, if any
 
     @property
     def source(self) -> str:

@@ -1,0 +1,214 @@
+"""A started kernel in its sandbox, and the cells it runs.
+
+`open_session` owns the sandbox and the kernel client for as long as its `async with`
+lasts: it creates the sandbox, stages files, starts the kernel, waits until it is ready
+(or gives up on cancel or on the kernel's exit), and always destroys everything on exit.
+Single runs (`runner.Execution`) and notebook replays use it alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+
+import zmq.asyncio
+
+from gateway.errors import SandboxError
+from gateway.execution.collector import Caps, OutputCollector, OutputListener
+from gateway.execution.kernel import KernelClient, KernelDied, connect
+from gateway.runs.models import StagedFile
+from gateway.sandbox.base import Limits, Sandbox, SandboxBackend, SandboxSpec
+from gateway.settings import Settings
+
+Ending = Literal["finished", "timeout", "cancelled", "died", "output_limit"]
+
+IDLE_AFTER_REPLY = 2.0  # seconds to wait for iopub's `idle` once the execute_reply arrived
+
+
+@dataclasses.dataclass
+class Cell:
+    """One piece of code run in the kernel: what it printed and how it ended."""
+
+    source: str
+    ending: Ending = "finished"
+    reply: dict[str, Any] | None = None
+    collector: OutputCollector | None = None
+    duration_ms: int = 0
+
+
+def limits_from(settings: Settings, memory_bytes: int | None = None) -> Limits:
+    return Limits(
+        cpus=settings.cpus,
+        memory_bytes=min(settings.memory_bytes, memory_bytes or settings.memory_bytes),
+        pids=settings.pids,
+        workdir_bytes=settings.workdir_bytes,
+        tmp_bytes=settings.tmp_bytes,
+    )
+
+
+def caps_from(settings: Settings) -> Caps:
+    return Caps(
+        stream_bytes=settings.stream_cap_bytes,
+        display_bytes=settings.display_cap_bytes,
+        limit_bytes=settings.output_limit_bytes,
+    )
+
+
+class KernelSession:
+    """A started kernel in its sandbox, ready to run cells until the deadline of each."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        client: KernelClient,
+        settings: Settings,
+        cancel: asyncio.Event,
+    ) -> None:
+        self.sandbox = sandbox
+        self.client = client
+        self.settings = settings
+        self.cancel = cancel
+        self.dead = False
+        self.start_seconds = 0.0
+
+    async def run_cell(
+        self, source: str, timeout: float, listener: OutputListener | None = None
+    ) -> Cell:
+        cell = Cell(source=source, collector=OutputCollector(caps_from(self.settings), listener))
+        assert cell.collector is not None
+        started = time.monotonic()
+        msg_id = self.client.execute(source)
+        limit_hit = asyncio.Event()
+        pump = asyncio.create_task(self._pump(msg_id, cell.collector, limit_hit))
+        reply = asyncio.create_task(self._reply(msg_id))
+        waiters: dict[str, asyncio.Future[Any]] = {
+            "pump": pump,
+            "reply": reply,
+            "cancel": asyncio.ensure_future(self.cancel.wait()),
+            "limit": asyncio.ensure_future(limit_hit.wait()),
+            "exit": asyncio.ensure_future(self.sandbox.wait_exit()),
+        }
+        deadline = started + timeout
+        try:
+            while not (pump.done() and reply.done()):
+                now = time.monotonic()
+                if reply.done():
+                    # iopub is lossy under a flood (PUB drops at the high-water mark): once
+                    # the reply is in, wait only a little longer for the final `idle`.
+                    deadline = min(deadline, now + IDLE_AFTER_REPLY)
+                    if now >= deadline:
+                        break
+                remaining = deadline - now
+                pending = [w for w in waiters.values() if not w.done()]
+                if remaining <= 0:
+                    cell.ending = "timeout"
+                    await self._interrupt(pump, reply)
+                    break
+                await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                if self.cancel.is_set():
+                    cell.ending = "cancelled"
+                    break
+                if limit_hit.is_set():
+                    cell.ending = "output_limit"
+                    break
+                if waiters["exit"].done() and not (pump.done() and reply.done()):
+                    await asyncio.wait([pump], timeout=0.2)  # let the last output arrive
+                    cell.ending = "died"
+                    self.dead = True
+                    break
+            if reply.done() and not reply.cancelled():
+                cell.reply = reply.result()
+        finally:
+            for waiter in waiters.values():
+                waiter.cancel()
+            await asyncio.gather(*waiters.values(), return_exceptions=True)
+        cell.duration_ms = int((time.monotonic() - started) * 1000)
+        return cell
+
+    async def _interrupt(self, pump: asyncio.Task[None], reply: asyncio.Task[Any]) -> None:
+        with contextlib.suppress(Exception):
+            self.client.interrupt()
+        await asyncio.wait([pump], timeout=self.settings.interrupt_grace)
+
+    async def _pump(
+        self, msg_id: str, collector: OutputCollector, limit_hit: asyncio.Event
+    ) -> None:
+        while True:
+            msg = await self.client.iopub(timeout=3600)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = msg["header"]["msg_type"]
+            if kind == "status" and msg["content"].get("execution_state") == "idle":
+                return
+            collector.add(msg)
+            if collector.limit_exceeded:
+                limit_hit.set()
+                return
+
+    async def _reply(self, msg_id: str) -> dict[str, Any]:
+        while True:
+            msg = await self.client.shell(timeout=3600)
+            if msg["parent_header"].get("msg_id") == msg_id:
+                content: dict[str, Any] = msg["content"]
+                return content
+
+    async def run_silent(self, code: str, timeout: float, **kw: Any) -> dict[str, Any] | None:
+        """Gateway code; None when it did not answer in time or the kernel is gone."""
+        if self.dead:
+            return None
+        try:
+            return await self.client.run_silent(code, timeout, **kw)
+        except TimeoutError:
+            return None
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    backend: SandboxBackend,
+    spec: SandboxSpec,
+    files: Sequence[StagedFile],
+    settings: Settings,
+    context: zmq.asyncio.Context,
+    cancel: asyncio.Event,
+) -> AsyncIterator[KernelSession]:
+    """A ready kernel in a fresh sandbox; everything is destroyed when the block exits.
+
+    On cancel during start-up it yields at once (check `cancel.is_set()`); a kernel that
+    cannot start raises `SandboxError`.
+    """
+    started = time.monotonic()
+    async with backend.sandbox(spec) as sandbox:
+        await sandbox.stage_files(files)
+        info = await sandbox.start()
+        async with connect(info, context) as client:
+            session = KernelSession(sandbox, client, settings, cancel)
+            try:
+                await _until_ready(session, settings.kernel_start_timeout)
+            except KernelDied as exc:
+                raise SandboxError(f"The kernel could not start: {exc}") from exc
+            session.start_seconds = time.monotonic() - started
+            yield session
+
+
+async def _until_ready(session: KernelSession, timeout: float) -> None:
+    """Wait for kernel start-up, giving up early on cancel or on the kernel's exit."""
+    sandbox = session.sandbox
+    task = asyncio.ensure_future(session.client.wait_ready(timeout, lambda: True))
+    cancel = asyncio.ensure_future(session.cancel.wait())
+    exited = asyncio.ensure_future(sandbox.wait_exit())
+    try:
+        await asyncio.wait([task, cancel, exited], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()
+        elif exited.done() and not cancel.done():
+            death = await sandbox.death()
+            detail = f": {death.detail.strip()[-500:]}" if death and death.detail else ""
+            raise SandboxError(f"The kernel exited while starting{detail}")
+    finally:
+        for future in (task, cancel, exited):
+            future.cancel()
+        await asyncio.gather(task, cancel, exited, return_exceptions=True)
