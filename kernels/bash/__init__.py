@@ -1,0 +1,4 @@
+"""Our own bash kernel: stdout and stderr kept apart, `$?` reported per cell, fast to start.
+
+Run it with ``python -m kernels.bash -f CONNECTION_FILE``; `kernel.json` is its kernelspec.
+"""

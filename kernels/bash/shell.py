@@ -1,0 +1,265 @@
+"""The bash process behind the kernel: one persistent, non-interactive bash that runs cells.
+
+bash's stdin is /dev/null; it talks to the kernel over pipes:
+
+- fd 60 (kernel -> bash): one line per cell, the cell's marker token; the cell itself is in a
+  file that bash `source`s, so variables, functions, `cd` and exports persist between cells;
+- fd 61 (bash -> kernel): status lines, ``ready VERSION``, ``start`` and ``done STATUS FLAGS``;
+- stdout and stderr: two separate pipes. After each cell the command loop writes
+  ``\\x1e TOKEN \\x1e`` to both (through fds 62/63, copies of the original pipes, so a cell's
+  ``exec >file`` cannot hide it); the kernel cuts each stream at its marker with `MarkerCutter`.
+
+SIGINT makes the running cell return 130: the INT trap sets a DEBUG trap (inherited by functions
+through ``set -T``) that returns from every function and from the sourced cell, after which the
+loop removes it again. bash runs in its own session, so the kernel can signal or kill the whole
+process group; if the kernel dies, bash sees EOF on fd 60 and kills its session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import select
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+READ_SIZE = 64 * 1024
+CELL_FILE = "cell.sh"
+
+_BOOTSTRAP = r"""
+exec 60<&{cmd} 61>&{status} 62>&1 63>&2 {cmd}<&- {status}>&-
+PS1= PS2=
+set +m
+__gw_cell={cell}
+__gw_abort=
+__gw_dbg='[[ -z $__gw_abort ]] || builtin return 130 2>/dev/null ||
+  {{ __gw_abort=; builtin trap - DEBUG; builtin set +T; }}'
+trap '__gw_abort=1; builtin set -T; builtin trap "$__gw_dbg" DEBUG' INT
+builtin printf 'ready %s\n' "$BASH_VERSION" >&61
+while :; do
+  IFS= builtin read -r -u 60 __gw_marker || {{
+    (( $? > 128 )) && continue
+    command rm -rf -- "${{__gw_cell%/*}}"
+    builtin kill -KILL 0
+  }}
+  builtin printf 'start\n' >&61
+  builtin source "$__gw_cell" 60<&- 61>&- 62>&- 63>&-
+  {{ __gw_status=$? __gw_flags=$-; builtin set +x; }} 2>/dev/null
+  builtin printf '\036%s\036' "$__gw_marker" >&62
+  builtin printf '\036%s\036' "$__gw_marker" >&63
+  builtin printf 'done %d %s\n' "$__gw_status" "$__gw_flags" >&61
+done
+"""
+
+
+class ShellError(RuntimeError):
+    """bash could not be started."""
+
+
+def marker_bytes(token: str) -> bytes:
+    """The bytes the command loop writes to stdout and stderr after the cell `token`."""
+    return b"\x1e" + token.encode("ascii") + b"\x1e"
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: 128 + signal for a process killed by a signal."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _high_fd(fd: int) -> int:
+    """Move `fd` to a number >= 64, clear of the fixed numbers 60-63 the bootstrap uses."""
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)
+    os.close(fd)
+    return new
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process in the session (process group) led by `sid`."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, signal.SIGKILL)
+    # Processes that moved to another process group (e.g. after `set -m`) stay in the session.
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_bytes()
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            if int(fields[3]) == sid:
+                os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+class BashShell:
+    """One bash process; the kernel owns the event loop and reads the fds this exposes."""
+
+    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+        self.cell_path = workdir / CELL_FILE
+        self.version = ""
+        self.xtrace = False
+        self.status_eof = False
+        self.status_eof_at = 0.0  # time.monotonic() when the status pipe reached EOF
+        self.killed = False
+        cmd_r, cmd_w = os.pipe()
+        status_r, status_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        cmd_r, status_w = _high_fd(cmd_r), _high_fd(status_w)
+        boot = _BOOTSTRAP.format(cmd=cmd_r, status=status_w, cell=shlex.quote(str(self.cell_path)))
+        try:
+            self.proc = subprocess.Popen(
+                ["bash", "--noprofile", "--norc", "-c", boot, "bash"],
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(cmd_r, status_w),
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            for fd in (cmd_r, cmd_w, status_r, status_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            raise ShellError(f"cannot start bash: {exc}") from exc
+        for fd in (cmd_r, status_w, out_w, err_w):
+            os.close(fd)
+        self._cmd_fd = cmd_w
+        self.status_fd = status_r
+        self.stream_fds: dict[str, int | None] = {"stdout": out_r, "stderr": err_r}
+        for fd in (status_r, out_r, err_r):
+            os.set_blocking(fd, False)
+        self._status_buf = b""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        """Block until bash reports `ready` (a few ms); raise ShellError if it does not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.read_status()
+            for line in lines or []:
+                if line.startswith("ready "):
+                    self.version = line.removeprefix("ready ")
+                    return
+            remaining = deadline - time.monotonic()
+            if lines is None or remaining <= 0:
+                self.kill()
+                raise ShellError("bash did not start")
+            select.select([self.status_fd], [], [], remaining)
+
+    def run(self, code: str, token: str) -> None:
+        """Start a cell: write it to the cell file and tell the command loop to source it."""
+        if self.xtrace:  # restore `set -x` without tracing the command loop (same line 1)
+            code = "builtin set -x; " + code
+        fd = os.open(self.cell_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(code)
+        os.write(self._cmd_fd, token.encode("ascii") + b"\n")
+
+    def read_status(self) -> list[str] | None:
+        """Complete status lines available now; None once the status pipe is at EOF."""
+        if self.status_eof:
+            return None
+        try:
+            data = os.read(self.status_fd, 4096)
+        except BlockingIOError:
+            return []
+        if not data:
+            self.status_eof = True
+            self.status_eof_at = time.monotonic()
+            return None
+        self._status_buf += data
+        *lines, self._status_buf = self._status_buf.split(b"\n")
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def read_stream(self, name: str) -> bytes | None:
+        """Up to READ_SIZE bytes of stdout/stderr; b"" if none is waiting, None at EOF."""
+        fd = self.stream_fds[name]
+        if fd is None:
+            return None
+        try:
+            data = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            return b""
+        if not data:
+            os.close(fd)
+            self.stream_fds[name] = None
+            return None
+        return data
+
+    def poll(self) -> int | None:
+        """bash's exit status (128 + signal if killed by one), or None while it runs."""
+        rc = self.proc.poll()
+        return None if rc is None else exit_status(rc)
+
+    def interrupt(self) -> None:
+        """SIGINT to bash's process group: the running cell returns 130."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGINT)
+
+    def kill(self) -> int:
+        """SIGKILL bash's whole session (background jobs too) and reap bash; its exit status."""
+        if not self.killed:
+            self.killed = True
+            _kill_session(self.proc.pid)
+            with contextlib.suppress(OSError):
+                os.close(self._cmd_fd)
+        return exit_status(self.proc.wait())
+
+    def close(self) -> None:
+        """Kill bash if needed and close every fd; output still in the pipes is dropped."""
+        self.kill()
+        if not self.status_eof:
+            self.status_eof = True
+            os.close(self.status_fd)
+        for name, fd in self.stream_fds.items():
+            if fd is not None:
+                os.close(fd)
+                self.stream_fds[name] = None
+
+
+class MarkerCutter:
+    """Removes one expected marker from a byte stream and reports when it has passed.
+
+    While armed, a tail that could be the start of the marker is held back until the next
+    chunk shows whether it is.
+    """
+
+    def __init__(self) -> None:
+        self._marker = b""
+        self._held = b""
+
+    def arm(self, marker: bytes) -> None:
+        self._marker = marker
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """The bytes to show (marker cut out) and whether the marker was in this chunk."""
+        marker = self._marker
+        if not marker:
+            return data, False
+        buf = self._held + data
+        index = buf.find(marker)
+        if index >= 0:
+            self._marker = self._held = b""
+            return buf[:index] + buf[index + len(marker) :], True
+        keep = 0
+        for k in range(min(len(marker) - 1, len(buf)), 0, -1):
+            if buf.endswith(marker[:k]):
+                keep = k
+                break
+        self._held = buf[len(buf) - keep :] if keep else b""
+        return buf[: len(buf) - keep], False
+
+    def disarm(self) -> bytes:
+        """Stop expecting the marker; return whatever was held back."""
+        held, self._held, self._marker = self._held, b"", b""
+        return held
