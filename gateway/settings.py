@@ -54,13 +54,20 @@ class Settings:
     max_return_file_bytes: int = _field(1 * MiB, "largest single returned file")
     max_return_files_bytes: int = _field(8 * MiB, "largest total of returned files")
 
+    max_upload_bytes: int = _field(21 * MiB, "largest uploaded archive (POST /v1/uploads)")
+    max_unpacked_bytes: int = _field(200 * MiB, "largest total of an archive's files, unpacked")
+    max_archive_entries: int = _field(20000, "most entries (files and folders) in an archive")
+    max_archive_file_bytes: int = _field(50 * MiB, "largest single file in an archive, unpacked")
+    max_archive_ratio: float = _field(100.0, "largest compression ratio of an archive's file")
+    upload_ttl: float = _field(24 * 3600.0, "seconds an uploaded archive is kept")
+
     stream_cap_bytes: int = _field(1 * MiB, "stdout, stderr and output are each cut to this")
     display_cap_bytes: int = _field(16 * MiB, "rich outputs (images, HTML) kept per run")
     output_limit_bytes: int = _field(64 * MiB, "output past this kills the run (output_limit)")
 
     max_concurrent_runs: int = _field(4, "runs executing at once")
     max_queued_runs: int = _field(16, "runs waiting for a slot before 429")
-    max_runs_per_user: int = _field(4, "runs one user may have running or queued")
+    max_runs_per_user: int = _field(8, "runs one user may have running or queued")
     record_ttl: float = _field(7 * 24 * 3600.0, "seconds a run record is kept")
     drain_timeout: float = _field(330.0, "longest SIGTERM waits for running runs")
 

@@ -129,39 +129,70 @@ class Execution:
     async def _finish(self, sandbox: Sandbox, session: KernelSession, cell: Cell) -> None:
         record, request = self.record, self.request
         if cell.ending == "finished" and request.language == "python":
-            await self._read_result(session)
-        if request.return_files:
-            limits = ReadLimits(
-                max_files=self.settings.max_return_files,
-                max_file_bytes=self.settings.max_return_file_bytes,
-                max_total_bytes=self.settings.max_return_files_bytes,
-            )
-            read = await sandbox.read_files(request.return_files, limits)
-            record.files = read.files
-            record.notes.extend(read.notes)
-        record.usage = await sandbox.usage()
-        death = await sandbox.death() if cell.ending == "died" else None
-        await sandbox.kill()
-        events = await sandbox.limit_events()
+            await read_result(session, record)
+        events, death = await close_sandbox(
+            sandbox, self.settings, record, request.return_files, died=cell.ending == "died"
+        )
         apply_cell(record, request.language, cell)
         settle_status(record, cell, events, death)
 
-    async def _read_result(self, session: KernelSession) -> None:
-        reply = await session.run_silent("", timeout=10, user_expressions={"r": _RESULT_EXPRESSION})
-        if reply is None:
-            self.record.notes.append("`result` could not be read back from the kernel.")
-            return
-        expression = (reply.get("user_expressions") or {}).get("r", {})
-        value = (expression.get("data") or {}).get("application/json")
-        if not isinstance(value, dict) or not value.get("present"):
-            return
-        if "error" in value:
-            self.record.notes.append(
-                f"`{value.get('name')}` was not returned: it is not JSON-serialisable "
-                f"({value['error']})."
-            )
-            return
-        self.record.result = value.get("value")
+
+async def read_result(session: KernelSession, record: RunRecord) -> None:
+    """Read the kernel's global `result` (else `output`) into the record, or note why not."""
+    reply = await session.run_silent("", timeout=10, user_expressions={"r": _RESULT_EXPRESSION})
+    if reply is None:
+        record.notes.append("`result` could not be read back from the kernel.")
+        return
+    expression = (reply.get("user_expressions") or {}).get("r", {})
+    value = (expression.get("data") or {}).get("application/json")
+    if not isinstance(value, dict) or not value.get("present"):
+        return
+    if "error" in value:
+        record.notes.append(
+            f"`{value.get('name')}` was not returned: it is not JSON-serialisable "
+            f"({value['error']})."
+        )
+        return
+    record.result = value.get("value")
+
+
+async def close_sandbox(
+    sandbox: Sandbox,
+    settings: Settings,
+    record: RunRecord,
+    return_files: tuple[str, ...],
+    died: bool,
+) -> tuple[frozenset[str], Any]:
+    """After the last cell: read `return_files` back into the record, take its usage and the
+    limits that struck, learn how the kernel died (if it did), then kill every process.
+    Returns (limit events, death) for `settle_status`."""
+    if return_files:
+        limits = ReadLimits(
+            max_files=settings.max_return_files,
+            max_file_bytes=settings.max_return_file_bytes,
+            max_total_bytes=settings.max_return_files_bytes,
+        )
+        read = await sandbox.read_files(return_files, limits)
+        record.files = read.files
+        record.notes.extend(read.notes)
+    record.usage = await sandbox.usage()  # usage and limits: before kill() ends the cgroup
+    events = await sandbox.limit_events()
+    death = await sandbox.death() if died else None
+    await sandbox.kill()
+    return events, death
+
+
+def error_of(cell: Cell) -> dict[str, Any] | None:
+    """A cell's uncaught error: its `error` output, else that of a failed execute_reply."""
+    if cell.collector is not None and cell.collector.error is not None:
+        return cell.collector.error
+    if cell.reply is not None and cell.reply.get("status") == "error":
+        return {
+            "ename": cell.reply.get("ename", ""),
+            "evalue": cell.reply.get("evalue", ""),
+            "traceback": list(cell.reply.get("traceback", [])),
+        }
+    return None
 
 
 def apply_cell(record: RunRecord, language: str, cell: Cell) -> None:
@@ -174,21 +205,16 @@ def apply_cell(record: RunRecord, language: str, cell: Cell) -> None:
     record.output, record.output_truncated = collector.output.text(), collector.output.truncated
     record.outputs = collector.outputs()
     record.charts = charts_from_outputs(record.outputs)
-    record.error = collector.error
+    record.error = error_of(cell)
     record.notes.extend(collector.final_notes())
-    if cell.reply is not None and cell.reply.get("status") == "error" and record.error is None:
-        record.error = {
-            "ename": cell.reply.get("ename", ""),
-            "evalue": cell.reply.get("evalue", ""),
-            "traceback": list(cell.reply.get("traceback", [])),
-        }
     record.exit_code = exit_code_of(language, cell.reply) if cell.ending == "finished" else None
 
 
 def settle_status(record: RunRecord, cell: Cell, events: frozenset[str], death: Any) -> None:
     """The record's status and kill reason, from how the cell ended and what limits struck."""
+    # When both struck, a process storm is the likelier cause of the memory pressure.
     limit: KillReason | None = (
-        "memory" if "memory" in events else "pids" if "pids" in events else None
+        "pids" if "pids" in events else "memory" if "memory" in events else None
     )
     if cell.ending == "cancelled":
         record.status, record.kill_reason = "cancelled", "cancelled"

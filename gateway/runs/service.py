@@ -1,5 +1,6 @@
-"""`RunService`: admits runs (capacity, queue, per-user limits), executes them as tasks,
-keeps their records in the store, cancels them, and drains on shutdown."""
+"""`RunService`: admits runs and notebook replays (capacity, queue, per-user limits),
+executes them as tasks, keeps their records in the store, cancels them, and drains on
+shutdown."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 import zmq.asyncio
 
 from gateway.errors import CapacityExceeded, GatewayError, NotFound, SandboxError
 from gateway.execution.collector import OutputListener
+from gateway.execution.notebook import NotebookExecution
 from gateway.execution.runner import Execution
 from gateway.metrics import Metrics
 from gateway.runs.models import RunRecord, RunRequest, StagedFile, new_run_id
+from gateway.runs.notebook import store_notebook
+from gateway.runs.notebook_request import NotebookRequest
 from gateway.runs.store import RecordStore
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
@@ -23,11 +29,20 @@ from gateway.settings import Settings
 log = logging.getLogger(__name__)
 
 
+class Executable(Protocol):
+    """What the service needs of an execution (`Execution`, `NotebookExecution`)."""
+
+    cancel: asyncio.Event  # set it to cancel the run; its sandbox is destroyed
+    kernel_start_seconds: float | None
+
+    async def run(self) -> RunRecord: ...
+
+
 @dataclasses.dataclass
 class ActiveRun:
     record: RunRecord
     task: asyncio.Task[RunRecord] | None = None
-    execution: Execution | None = None
+    execution: Executable | None = None
     error: GatewayError | None = None
 
 
@@ -69,10 +84,8 @@ class RunService:
         retry = max(1.0, self.settings.default_timeout / 4)
         if self._draining:
             raise CapacityExceeded("The gateway is shutting down.", retry_after=retry)
-        if (
-            self.queued >= self.settings.max_queued_runs
-            and self._running >= self.settings.max_concurrent_runs
-        ):
+        capacity = self.settings.max_concurrent_runs + self.settings.max_queued_runs
+        if len(self.active) >= capacity:  # running + waiting for a slot
             raise CapacityExceeded(
                 "Every run slot is busy and the queue is full; try again shortly.",
                 retry_after=retry,
@@ -92,10 +105,31 @@ class RunService:
         extra_files: tuple[StagedFile, ...] = (),
     ) -> ActiveRun:
         """Admit a run and start it as a task; the returned record is `queued`."""
-        self._admit(request.user)
         record = RunRecord(
             id=new_run_id(), language=request.language, user=request.user, code=request.source
         )
+        return await self._start(
+            record,
+            lambda: Execution(
+                request, record, self.backend, self.settings, self.context, listener, extra_files
+            ),
+        )
+
+    async def submit_notebook(self, request: NotebookRequest) -> ActiveRun:
+        """Admit a notebook replay and start it as a task; the returned record is `queued`."""
+        record = RunRecord(
+            id=new_run_id(), language=request.language, user=request.user, code=request.code
+        )
+        store_notebook(record, request.notebook)
+        return await self._start(
+            record,
+            lambda: NotebookExecution(request, record, self.backend, self.settings, self.context),
+        )
+
+    async def _start(
+        self, record: RunRecord, make_execution: Callable[[], Executable]
+    ) -> ActiveRun:
+        self._admit(record.user)
         active = ActiveRun(record=record)
         self.active[record.id] = active
         try:
@@ -103,40 +137,37 @@ class RunService:
         except BaseException:
             del self.active[record.id]
             raise
-        active.task = asyncio.create_task(self._run(active, request, listener, extra_files))
+        active.task = asyncio.create_task(self._run(active, make_execution))
         return active
 
-    async def run(self, request: RunRequest, listener: OutputListener | None = None) -> RunRecord:
+    async def run(
+        self,
+        request: RunRequest,
+        listener: OutputListener | None = None,
+        extra_files: tuple[StagedFile, ...] = (),
+    ) -> RunRecord:
         """Run and wait for the final record (raises SandboxError if no kernel could start)."""
-        active = await self.submit(request, listener)
+        return await self._wait(await self.submit(request, listener, extra_files))
+
+    async def run_notebook(self, request: NotebookRequest) -> RunRecord:
+        """Replay and wait for the final record (raises SandboxError if no kernel started)."""
+        return await self._wait(await self.submit_notebook(request))
+
+    async def _wait(self, active: ActiveRun) -> RunRecord:
         assert active.task is not None
         record = await asyncio.shield(active.task)
         if active.error is not None:
             raise active.error
         return record
 
-    async def _run(
-        self,
-        active: ActiveRun,
-        request: RunRequest,
-        listener: OutputListener | None,
-        extra_files: tuple[StagedFile, ...],
-    ) -> RunRecord:
+    async def _run(self, active: ActiveRun, make_execution: Callable[[], Executable]) -> RunRecord:
         record = active.record
         started = time.monotonic()
         try:
             async with self._slots:
                 self._running += 1
                 try:
-                    execution = Execution(
-                        request,
-                        record,
-                        self.backend,
-                        self.settings,
-                        self.context,
-                        listener,
-                        extra_files,
-                    )
+                    execution = make_execution()
                     active.execution = execution
                     await self.store.put(record)
                     await execution.run()

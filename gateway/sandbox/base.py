@@ -9,11 +9,11 @@ Who calls what, in order (all from `gateway.execution.runner`):
         await sandbox.stage_files(files)           # before start: the kernel sees them at once
         info = await sandbox.start()               # kernel process/container up, sockets bound
         ... the kernel client talks to `info` ...
-        await sandbox.kill()                       # at a deadline or cancel: every process ends
-        files = await sandbox.read_files(patterns) # after the run, also after kill()
-        usage = await sandbox.usage()              # before kill() where it can be
-        death = await sandbox.death()              # how the kernel died, if it did
+        files = await sandbox.read_files(patterns) # after the run (also after a timeout)
+        usage = await sandbox.usage()              # before kill(): the cgroup goes with it
         hits = await sandbox.limit_events()        # memory / pids limits that struck
+        death = await sandbox.death()              # how the kernel died, if it did
+        await sandbox.kill()                       # every process of the sandbox ends
 
 `kill()` and `destroy()` are idempotent and must never raise for a sandbox that is already
 gone. Nothing a sandbox creates (process, container, socket file, temp folder, volume) may

@@ -1,0 +1,279 @@
+"""Attacks that must fail, each one a test (issue 3). They run on the Docker backend, the
+production sandbox; a few also on the local one where it enforces the same limit."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_backend, start_gateway
+from tests.support import Client, GatewayThread, census, new_instance_id, wait_for
+
+pytestmark = pytest.mark.attack
+
+
+@pytest.fixture(scope="module")
+def docker() -> Iterator[GatewayThread]:
+    """A Docker gateway with small disks, so that filling them is quick."""
+    server = start_gateway(
+        "docker",
+        workdir_bytes=32 * 1024 * 1024,
+        tmp_bytes=32 * 1024 * 1024,
+        memory_bytes=256 * 1024 * 1024,
+        pids=64,
+        max_concurrent_runs=4,
+        max_queued_runs=8,
+        max_runs_per_user=24,
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def dclient(docker: GatewayThread) -> Client:
+    return docker.client()
+
+
+def test_fork_bomb_is_contained(dclient: Client) -> None:
+    record = dclient.run(language="bash", code=":(){ :|:& };:\nsleep 30", timeout=5)
+    assert record["status"] == "killed" and record["kill_reason"] == "pids", record["notes"]
+    assert dclient.request("GET", "/v1/health").status == 200
+
+
+def test_python_process_storm_is_contained(dclient: Client) -> None:
+    code = (
+        "import subprocess, time\n"
+        "for _ in range(10000):\n"
+        "    try:\n"
+        "        subprocess.Popen(['sleep', '60'])\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "time.sleep(60)"
+    )
+    record = dclient.run(code=code, timeout=4)
+    assert record["status"] == "killed" and record["kill_reason"] == "pids", record["notes"]
+
+
+def test_memory_bomb_is_killed_as_memory(dclient: Client) -> None:
+    record = dclient.run(code="x = b'x' * (2 * 1024**3)\nprint('survived')", timeout=30)
+    assert record["status"] == "killed" and record["kill_reason"] == "memory", record
+    assert "survived" not in record["stdout"]
+    assert record["exit_code"] is None
+
+
+def test_memory_bomb_in_a_child_process(dclient: Client) -> None:
+    code = "import subprocess\nsubprocess.run(['python', '-c', \"x = b'x' * (2 * 1024**3)\"], check=True)"
+    record = dclient.run(code=code, timeout=30)
+    assert record["kill_reason"] == "memory", record
+
+
+@pytest.mark.parametrize("folder", [".", "/tmp"])
+def test_filling_the_disk_stops_at_its_limit(dclient: Client, folder: str) -> None:
+    code = (
+        "import errno\n"
+        "written = 0\n"
+        "try:\n"
+        f"    with open('{folder}/fill', 'wb') as f:\n"
+        "        while written < 512 * 1024 * 1024:\n"
+        "            f.write(b'\\0' * (1024 * 1024)); f.flush(); written += 1024 * 1024\n"
+        "except OSError as exc:\n"
+        "    result = [exc.errno == errno.ENOSPC, written]\n"
+    )
+    record = dclient.run(code=code, timeout=60)
+    full, written = record["result"]
+    assert full is True and written <= 32 * 1024 * 1024
+
+
+def test_the_socket_folder_is_no_storage(dclient: Client) -> None:
+    code = (
+        "import os, errno\n"
+        "socket_dir = os.path.dirname(__import__('json').load(open('/run/gateway/connection.json'))['ip'])\n"
+        "try:\n"
+        "    with open(socket_dir + '/blob', 'wb') as f:\n"
+        "        for _ in range(64): f.write(b'x' * 65536); f.flush()\n"
+        "    result = 'wrote 4 MB'\n"
+        "except OSError as exc:\n"
+        "    result = errno.errorcode[exc.errno]\n"
+        "try:\n"
+        "    open('/run/gateway/connection.json', 'a')\n"
+        "    result = [result, 'connection file writable']\n"
+        "except OSError as exc:\n"
+        "    result = [result, errno.errorcode[exc.errno]]\n"
+    )
+    record = dclient.run(code=code)
+    assert record["result"][0] == "ENOSPC", record
+    assert record["result"][1] in ("EROFS", "EACCES"), record
+
+
+def test_no_network_not_even_the_hosts_loopback(dclient: Client, docker: GatewayThread) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    try:
+        code = (
+            "import socket\n"
+            "out = []\n"
+            f"for host, port in [('127.0.0.1', {port}), ('127.0.0.1', {docker.port}), ('172.17.0.1', {docker.port}), ('pypi.org', 443)]:\n"
+            "    try:\n"
+            "        socket.create_connection((host, port), timeout=2).close()\n"
+            "        out.append('connected')\n"
+            "    except OSError as exc:\n"
+            "        out.append(type(exc).__name__)\n"
+            "result = [out, sorted(n for _, n in socket.if_nameindex())]\n"
+        )
+        record = dclient.run(code=code, timeout=30)
+        outcomes, interfaces = record["result"]
+        assert "connected" not in outcomes, outcomes
+        assert interfaces == ["lo"]
+    finally:
+        listener.close()
+
+
+def test_gateway_environment_and_host_files_stay_hidden(
+    dclient: Client, docker: GatewayThread
+) -> None:
+    os.environ["GATEWAY_TEST_CANARY"] = "canary-value"
+    secret = docker.tmp / "secret.txt"
+    secret.write_text("host secret")
+    try:
+        code = (
+            "import os, glob\n"
+            "env = open('/proc/1/environ','rb').read() + b''.join(os.environ.get(k,'').encode() for k in os.environ)\n"
+            f"result = [b'canary' in env, os.path.exists({str(secret)!r}), os.path.exists({str(docker.settings.data_dir)!r}),\n"
+            "          os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0],\n"
+            "          bool(glob.glob('/var/run/docker.sock'))]\n"
+        )
+        record = dclient.run(code=code)
+        assert record["result"] == [False, False, False, 1000, "0000000000000000", False]
+    finally:
+        del os.environ["GATEWAY_TEST_CANARY"]
+
+
+def test_root_is_read_only_and_privileges_cannot_grow(dclient: Client) -> None:
+    code = "touch /usr/bin/evil 2>&1; echo $?; su -c id root </dev/null 2>&1 | head -1; echo end"
+    record = dclient.run(language="bash", code=code)
+    assert "Read-only file system" in record["stdout"]
+    assert "uid=0" not in record["stdout"]
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code"),
+    [
+        ("import os\nprint('bye', flush=True)\nos._exit(3)", 3),
+        ("import ctypes\nctypes.string_at(0)", 139),
+    ],
+)
+def test_a_kernel_crash_is_a_failed_run_not_a_hang(
+    gateway: GatewayThread, code: str, exit_code: int
+) -> None:
+    started = time.monotonic()
+    record = gateway.client().run(code=code, timeout=60)
+    assert time.monotonic() - started < 20
+    assert record["status"] == "failed" and record["exit_code"] == exit_code
+    assert any("kernel died" in note for note in record["notes"])
+
+
+def test_many_simultaneous_requests_all_get_an_answer(dclient: Client) -> None:
+    def one(i: int) -> tuple[int, dict[str, str], bytes]:
+        response = dclient.request(
+            "POST", "/v1/runs", {"code": f"import time; time.sleep(1); print({i})"}
+        )
+        return response.status, response.headers, response.body
+
+    with concurrent.futures.ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(one, range(24)))
+    statuses = sorted(status for status, _, _ in answers)
+    assert set(statuses) <= {200, 429, 503}, statuses
+    assert statuses.count(200) == 12  # 4 running + 8 queued; the rest are told to retry
+    for status, headers, body in answers:
+        if status == 200:
+            assert json.loads(body)["status"] == "succeeded"
+        else:
+            assert int(headers["Retry-After"]) >= 1
+            assert json.loads(body)["error"]["code"] == "capacity"
+
+
+def _serve(data_dir: Path, port: int, instance: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "gateway", "serve", "--backend", "docker"]
+    command += ["--port", str(port), "--data-dir", str(data_dir), "--instance-id", instance]
+    with (data_dir / "gateway.log").open("ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=log)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_gateway_killed_mid_run_leaves_nothing_after_restart() -> None:
+    require_backend("docker")
+    data_dir = Path(tempfile.mkdtemp(prefix="gwtest-"))
+    instance, port = new_instance_id(), _free_port()
+    client = Client(port)
+    process = _serve(data_dir, port, instance)
+    try:
+        assert wait_for(lambda: _answers(client), timeout=60)
+        done = client.run(code="result = 'kept'")
+        response = client.request(
+            "POST", "/v1/runs", {"code": "import time; time.sleep(600)", "background": True}
+        )
+        run_id = response.json()["id"]
+        assert wait_for(
+            lambda: client.request("GET", f"/v1/runs/{run_id}").json()["status"] == "running",
+            timeout=60,
+        )
+        assert wait_for(lambda: census() != [], timeout=30)
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+        assert any(item.startswith("container") for item in census())  # the crash left it
+        process = _serve(data_dir, port, instance)
+        assert wait_for(lambda: _answers(client), timeout=60)
+        assert wait_for(lambda: census() == [], timeout=30), census()
+        assert client.request("GET", f"/v1/runs/{done['id']}").json()["result"] == "kept"
+        interrupted = client.request("GET", f"/v1/runs/{run_id}").json()
+        assert interrupted["status"] == "failed"
+        assert any("stopped while this run was in progress" in n for n in interrupted["notes"])
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+def test_two_gateways_on_one_engine_leave_each_other_alone(docker: GatewayThread) -> None:
+    response = docker.client().request(
+        "POST", "/v1/runs", {"code": "import time; time.sleep(20)", "background": True}
+    )
+    run_id = response.json()["id"]
+    assert wait_for(
+        lambda: docker.client().request("GET", f"/v1/runs/{run_id}").json()["status"] == "running",
+        timeout=60,
+    )
+    other = GatewayThread(backend="docker").start()  # its start-up cleans only its own instance
+    try:
+        assert other.client().run(code="print(2)")["stdout"] == "2\n"
+        assert docker.client().request("GET", f"/v1/runs/{run_id}").json()["status"] == "running"
+    finally:
+        other.stop()
+        docker.client().request("DELETE", f"/v1/runs/{run_id}")
+
+
+def _answers(client: Client) -> bool:
+    try:
+        return client.request("GET", "/v1/health", timeout=2).status == 200
+    except OSError:
+        return False
