@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up everything the tests need and run them: the venv, and (as root) a Docker engine
+# and the kernel image, so that the behavioural suite runs on both backends.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh test
+if [ "$(id -u)" = 0 ] && [ "${GATEWAY_SKIP_DOCKER:-0}" != 1 ]; then
+    .ci/docker-up.sh
+    docker/build.sh >/dev/null
+fi
+exec .venv/bin/python -m pytest "$@"
