@@ -9,9 +9,12 @@ import http.client
 import json
 import secrets
 import shutil
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,7 @@ def new_instance_id() -> str:
 @dataclasses.dataclass
 class Response:
     status: int
-    headers: dict[str, str]
+    headers: Message  # case-insensitive, like HTTP header names
     body: bytes
 
     def json(self) -> Any:
@@ -67,7 +70,7 @@ class Client:
         try:
             conn.request(method, path, body=data, headers=all_headers)
             response = conn.getresponse()
-            return Response(response.status, dict(response.getheaders()), response.read())
+            return Response(response.status, response.headers, response.read())
         finally:
             conn.close()
 
@@ -205,3 +208,29 @@ def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.1) -> bo
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+# --- a gateway as a separate process (for crash and signal tests) ---------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_subprocess(
+    backend: str, data_dir: Path, port: int, instance: str
+) -> subprocess.Popen[bytes]:
+    """`python -m gateway serve` in its own process, logging to data_dir/gateway.log."""
+    command = [sys.executable, "-m", "gateway", "serve", "--backend", backend]
+    command += ["--port", str(port), "--data-dir", str(data_dir), "--instance-id", instance]
+    with (data_dir / "gateway.log").open("ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=log)
+
+
+def answers(client: Client) -> bool:
+    try:
+        return client.request("GET", "/v1/health", timeout=2).status == 200
+    except OSError:
+        return False

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,7 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_backend, start_gateway
-from tests.support import Client, GatewayThread, census, new_instance_id, wait_for
+from tests.support import (
+    Client,
+    GatewayThread,
+    answers,
+    census,
+    free_port,
+    new_instance_id,
+    serve_subprocess,
+    wait_for,
+)
 
 pytestmark = pytest.mark.attack
 
@@ -207,27 +215,14 @@ def test_many_simultaneous_requests_all_get_an_answer(dclient: Client) -> None:
             assert json.loads(body)["error"]["code"] == "capacity"
 
 
-def _serve(data_dir: Path, port: int, instance: str) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "gateway", "serve", "--backend", "docker"]
-    command += ["--port", str(port), "--data-dir", str(data_dir), "--instance-id", instance]
-    with (data_dir / "gateway.log").open("ab") as log:
-        return subprocess.Popen(command, stdout=log, stderr=log)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_gateway_killed_mid_run_leaves_nothing_after_restart() -> None:
     require_backend("docker")
     data_dir = Path(tempfile.mkdtemp(prefix="gwtest-"))
-    instance, port = new_instance_id(), _free_port()
+    instance, port = new_instance_id(), free_port()
     client = Client(port)
-    process = _serve(data_dir, port, instance)
+    process = serve_subprocess("docker", data_dir, port, instance)
     try:
-        assert wait_for(lambda: _answers(client), timeout=60)
+        assert wait_for(lambda: answers(client), timeout=60)
         done = client.run(code="result = 'kept'")
         response = client.request(
             "POST", "/v1/runs", {"code": "import time; time.sleep(600)", "background": True}
@@ -241,8 +236,8 @@ def test_gateway_killed_mid_run_leaves_nothing_after_restart() -> None:
         process.send_signal(signal.SIGKILL)
         process.wait(30)
         assert any(item.startswith("container") for item in census())  # the crash left it
-        process = _serve(data_dir, port, instance)
-        assert wait_for(lambda: _answers(client), timeout=60)
+        process = serve_subprocess("docker", data_dir, port, instance)
+        assert wait_for(lambda: answers(client), timeout=60)
         assert wait_for(lambda: census() == [], timeout=30), census()
         assert client.request("GET", f"/v1/runs/{done['id']}").json()["result"] == "kept"
         interrupted = client.request("GET", f"/v1/runs/{run_id}").json()
@@ -270,10 +265,3 @@ def test_two_gateways_on_one_engine_leave_each_other_alone(docker: GatewayThread
     finally:
         other.stop()
         docker.client().request("DELETE", f"/v1/runs/{run_id}")
-
-
-def _answers(client: Client) -> bool:
-    try:
-        return client.request("GET", "/v1/health", timeout=2).status == 200
-    except OSError:
-        return False

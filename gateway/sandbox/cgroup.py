@@ -96,6 +96,20 @@ class Cgroup:
         return group
 
     @classmethod
+    def remove_matching(cls, prefix: str) -> int:
+        """Kill and remove every cgroup whose name starts with prefix (orphans of a crash)."""
+        found = [p for p in [*ROOT.glob(f"*/{prefix}*"), *ROOT.glob(f"{prefix}*")] if p.is_dir()]
+        by_name: dict[str, dict[str, Path]] = {}
+        for path in found:
+            key = "unified" if path.parent == ROOT else path.parent.name
+            by_name.setdefault(path.name, {})[key] = path
+        for dirs in by_name.values():
+            group = cls(dirs, v2="unified" in dirs)
+            group.kill_all()
+            group.remove()
+        return len(by_name)
+
+    @classmethod
     def of_process(cls, pid: int) -> Cgroup | None:
         """The cgroup(s) a running process is in (to read a container's usage)."""
         dirs: dict[str, Path] = {}

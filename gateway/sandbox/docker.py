@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -183,6 +184,8 @@ class DockerSandbox(Sandbox):
         )
         mounts = [Mount(SOCKET_DIR, sockets.name, type="volume")]
         if self.spec.workspace is not None:
+            # the kernel's user must be able to write into the persistent workspace
+            os.chown(self.spec.workspace, KERNEL_UID, KERNEL_UID, follow_symlinks=False)
             mounts.append(Mount(WORKDIR, str(self.spec.workspace), type="bind"))
         else:
             work = self._volume(

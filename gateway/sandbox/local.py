@@ -103,6 +103,8 @@ class LocalBackend(SandboxBackend):
         log.info("local sandboxes use %s", self.features.describe())
 
     def _remove_orphans(self) -> None:
+        """What a crashed gateway of this instance left: cgroups (and their processes), folders."""
+        Cgroup.remove_matching(f"gateway-{self.prefix}")
         for path in Path(tempfile.gettempdir()).glob(self.prefix + "*"):
             shutil.rmtree(path, ignore_errors=True)
 
