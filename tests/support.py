@@ -9,6 +9,7 @@ import http.client
 import json
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -219,14 +220,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve_subprocess(
-    backend: str, data_dir: Path, port: int, instance: str
-) -> subprocess.Popen[bytes]:
-    """`python -m gateway serve` in its own process, logging to data_dir/gateway.log."""
-    command = [sys.executable, "-m", "gateway", "serve", "--backend", backend]
-    command += ["--port", str(port), "--data-dir", str(data_dir), "--instance-id", instance]
-    with (data_dir / "gateway.log").open("ab") as log:
-        return subprocess.Popen(command, stdout=log, stderr=log)
+class GatewayProcess:
+    """`python -m gateway serve` in a process of its own, for crash and signal tests."""
+
+    def __init__(self, backend: str, data_dir: Path) -> None:
+        self.backend = backend
+        self.data_dir = data_dir
+        self.instance = new_instance_id()
+        self.port = free_port()
+        self.client = Client(self.port)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> GatewayProcess:
+        command = [sys.executable, "-m", "gateway", "serve", "--backend", self.backend]
+        command += ["--port", str(self.port), "--data-dir", str(self.data_dir)]
+        command += ["--instance-id", self.instance]
+        with (self.data_dir / "gateway.log").open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=log)
+        assert wait_for(lambda: answers(self.client), timeout=60), self.log()
+        return self
+
+    def signal(self, signum: int, timeout: float = 60) -> int:
+        assert self.process is not None
+        self.process.send_signal(signum)
+        return self.process.wait(timeout)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+
+    def log(self) -> str:
+        return (self.data_dir / "gateway.log").read_text(errors="replace")[-3000:]
 
 
 def answers(client: Client) -> bool:

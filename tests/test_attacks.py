@@ -6,25 +6,16 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import signal
 import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_backend, start_gateway
+from tests.conftest import start_gateway
 from tests.support import (
     Client,
     GatewayThread,
-    answers,
-    census,
-    free_port,
-    new_instance_id,
-    serve_subprocess,
     wait_for,
 )
 
@@ -213,40 +204,6 @@ def test_many_simultaneous_requests_all_get_an_answer(dclient: Client) -> None:
         else:
             assert int(headers["Retry-After"]) >= 1
             assert json.loads(body)["error"]["code"] == "capacity"
-
-
-def test_gateway_killed_mid_run_leaves_nothing_after_restart() -> None:
-    require_backend("docker")
-    data_dir = Path(tempfile.mkdtemp(prefix="gwtest-"))
-    instance, port = new_instance_id(), free_port()
-    client = Client(port)
-    process = serve_subprocess("docker", data_dir, port, instance)
-    try:
-        assert wait_for(lambda: answers(client), timeout=60)
-        done = client.run(code="result = 'kept'")
-        response = client.request(
-            "POST", "/v1/runs", {"code": "import time; time.sleep(600)", "background": True}
-        )
-        run_id = response.json()["id"]
-        assert wait_for(
-            lambda: client.request("GET", f"/v1/runs/{run_id}").json()["status"] == "running",
-            timeout=60,
-        )
-        assert wait_for(lambda: census() != [], timeout=30)
-        process.send_signal(signal.SIGKILL)
-        process.wait(30)
-        assert any(item.startswith("container") for item in census())  # the crash left it
-        process = serve_subprocess("docker", data_dir, port, instance)
-        assert wait_for(lambda: answers(client), timeout=60)
-        assert wait_for(lambda: census() == [], timeout=30), census()
-        assert client.request("GET", f"/v1/runs/{done['id']}").json()["result"] == "kept"
-        interrupted = client.request("GET", f"/v1/runs/{run_id}").json()
-        assert interrupted["status"] == "failed"
-        assert any("stopped while this run was in progress" in n for n in interrupted["notes"])
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
-        subprocess.run(["rm", "-rf", str(data_dir)], check=False)
 
 
 def test_two_gateways_on_one_engine_leave_each_other_alone(docker: GatewayThread) -> None:

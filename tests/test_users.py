@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +14,6 @@ from tests.conftest import start_gateway
 from tests.support import (
     Client,
     GatewayThread,
-    answers,
-    census,
-    free_port,
-    new_instance_id,
-    serve_subprocess,
     wait_for,
 )
 
@@ -142,35 +135,6 @@ def test_admin_may_use_allowed_folders_only(multi: GatewayThread, tmp_path: Path
     assert refused.status == 403
 
 
-def test_records_survive_a_crash_and_runs_in_flight_become_failed(tmp_path: Path) -> None:
-    data_dir, instance, port = tmp_path / "data", new_instance_id(), free_port()
-    data_dir.mkdir()
-    client = Client(port)
-    process = serve_subprocess("local", data_dir, port, instance)
-    try:
-        assert wait_for(lambda: answers(client), timeout=60)
-        done = client.run(code="result = 41 + 1")
-        response = client.request(
-            "POST", "/v1/runs", {"code": "import time; time.sleep(600)", "background": True}
-        )
-        run_id = response.json()["id"]
-        assert wait_for(
-            lambda: client.request("GET", f"/v1/runs/{run_id}").json()["status"] == "running"
-        )
-        process.send_signal(signal.SIGKILL)
-        process.wait(30)
-        process = serve_subprocess("local", data_dir, port, instance)
-        assert wait_for(lambda: answers(client), timeout=60)
-        assert client.request("GET", f"/v1/runs/{done['id']}").json()["result"] == 42
-        interrupted = client.request("GET", f"/v1/runs/{run_id}").json()
-        assert interrupted["status"] == "failed" and interrupted["exit_code"] is None
-        assert any("stopped while this run was in progress" in n for n in interrupted["notes"])
-        assert wait_for(lambda: census() == [], timeout=30), census()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
-
-
 def test_record_ttl_expires_old_runs(tmp_path: Path) -> None:
     server = GatewayThread(backend="local", record_ttl=1.0).start()
     try:
@@ -186,28 +150,3 @@ def test_record_ttl_expires_old_runs(tmp_path: Path) -> None:
 def test_refuses_to_listen_beyond_loopback_without_tokens() -> None:
     with pytest.raises(RuntimeError, match="loopback"):
         Gateway(load(environ={}, overrides={"host": "0.0.0.0", "backend": "local"}))
-
-
-def test_sigterm_drains_a_running_run_to_its_end(tmp_path: Path) -> None:
-    data_dir, instance, port = tmp_path / "data", new_instance_id(), free_port()
-    data_dir.mkdir()
-    client = Client(port)
-    process = serve_subprocess("local", data_dir, port, instance)
-    try:
-        assert wait_for(lambda: answers(client), timeout=60)
-        code = "import time; time.sleep(3); result = 'finished'"
-        run_id = client.request("POST", "/v1/runs", {"code": code, "background": True}).json()["id"]
-        assert wait_for(
-            lambda: client.request("GET", f"/v1/runs/{run_id}").json()["status"] == "running"
-        )
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
-    with sqlite3.connect(data_dir / "runs.sqlite3") as db:
-        (payload,) = db.execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
-    record = json.loads(payload)
-    assert (record["status"], record["result"]) == ("succeeded", "finished")
-    assert census() == []

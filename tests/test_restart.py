@@ -1,0 +1,59 @@
+"""A gateway that dies, or is told to stop, loses nothing and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import Client, GatewayProcess, census, wait_for
+
+
+@pytest.fixture
+def process(backend_name: str, tmp_path: Path) -> Iterator[GatewayProcess]:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    gateway = GatewayProcess(backend_name, data_dir)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def status_of(client: Client, run_id: str) -> str:
+    return str(client.request("GET", f"/v1/runs/{run_id}").json()["status"])
+
+
+def test_sigkill_mid_run_then_restart(process: GatewayProcess, backend_name: str) -> None:
+    client = process.start().client
+    done = client.run(code="result = 41 + 1")
+    body = {"code": "import time; time.sleep(600)", "background": True}
+    run_id = client.request("POST", "/v1/runs", body).json()["id"]
+    assert wait_for(lambda: status_of(client, run_id) == "running", timeout=60)
+    assert wait_for(lambda: census() != [], timeout=60)  # its sandbox exists
+    process.signal(signal.SIGKILL)
+    if backend_name == "docker":  # nothing killed the container: only the restart can
+        assert any(item.startswith("container") for item in census())
+    process.start()
+    assert wait_for(lambda: census() == [], timeout=30), census()
+    assert client.request("GET", f"/v1/runs/{done['id']}").json()["result"] == 42
+    interrupted = client.request("GET", f"/v1/runs/{run_id}").json()
+    assert interrupted["status"] == "failed" and interrupted["exit_code"] is None
+    assert any("stopped while this run was in progress" in n for n in interrupted["notes"])
+
+
+def test_sigterm_lets_a_running_run_finish_then_exits(process: GatewayProcess) -> None:
+    client = process.start().client
+    body = {"code": "import time; time.sleep(3); result = 'finished'", "background": True}
+    run_id = client.request("POST", "/v1/runs", body).json()["id"]
+    assert wait_for(lambda: status_of(client, run_id) == "running", timeout=60)
+    assert process.signal(signal.SIGTERM) == 0
+    with sqlite3.connect(process.data_dir / "runs.sqlite3") as db:
+        (payload,) = db.execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
+    record = json.loads(payload)
+    assert (record["status"], record["result"]) == ("succeeded", "finished")
+    assert census() == []
