@@ -20,8 +20,10 @@ from gateway.handlers.base import Services
 from gateway.metrics import Metrics
 from gateway.runs.service import RunService
 from gateway.runs.store import RecordStore
+from gateway.sandbox.base import SandboxBackend
 from gateway.sandbox.select import choose_backend
 from gateway.settings import Settings
+from gateway.uploads.store import UploadStore
 
 log = logging.getLogger("gateway")
 
@@ -51,17 +53,33 @@ class Gateway:
         self._server: tornado.httpserver.HTTPServer | None = None
         self._expiry: asyncio.Task[None] | None = None
         self.services: Services | None = None
+        self.backend: SandboxBackend | None = None
+        self.store: RecordStore | None = None
+        self.context: zmq.asyncio.Context | None = None
 
     async def start(self) -> None:
+        """Start every service; if any step fails, what was started is stopped again."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
         settings = self.settings
+        sockets = tornado.netutil.bind_sockets(
+            settings.port, settings.host, family=socket.AF_UNSPEC
+        )  # first: a port in use fails before anything else was started
+        self.port = sockets[0].getsockname()[1]
         backend, self.backend_reason = await choose_backend(settings)
         log.info("%s", self.backend_reason)
         if not self.tokens.enabled:
             log.warning("no --tokens file: single-user mode, listening on loopback only")
+        self.backend = backend
         await backend.startup()
-        store = RecordStore(settings.data_dir / "runs.sqlite3")
-        await store.open()
-        failed = await store.fail_unfinished(
+        self.store = RecordStore(settings.data_dir / "runs.sqlite3")
+        await self.store.open()
+        failed = await self.store.fail_unfinished(
             "The gateway stopped while this run was in progress; its result is lost."
         )
         if failed:
@@ -71,16 +89,13 @@ class Gateway:
         self.context.setsockopt(zmq.RCVHWM, 256)
         self.context.setsockopt(zmq.LINGER, 0)
         metrics = Metrics()
-        runs = RunService(settings, backend, store, self.context, metrics)
+        runs = RunService(settings, backend, self.store, self.context, metrics)
         self.services = Services(settings, runs, self.tokens, backend, metrics)
-        self.store = store
-        app = make_app(self.services)
-        sockets = tornado.netutil.bind_sockets(
-            settings.port, settings.host, family=socket.AF_UNSPEC
-        )
-        self.port = sockets[0].getsockname()[1]
+        self.services.extra["uploads"] = UploadStore(settings)
         self._server = tornado.httpserver.HTTPServer(
-            app, max_body_size=settings.max_body_bytes * 4, idle_connection_timeout=3600
+            make_app(self.services),
+            max_body_size=settings.max_body_bytes * 4,
+            idle_connection_timeout=3600,
         )
         self._server.add_sockets(sockets)
         self._expiry = asyncio.create_task(self._expire_records())
@@ -89,24 +104,28 @@ class Gateway:
     async def _expire_records(self) -> None:
         while True:
             with contextlib.suppress(Exception):
+                assert self.store is not None
                 await self.store.expire(self.settings.record_ttl)
             await asyncio.sleep(min(3600.0, max(1.0, self.settings.record_ttl / 10)))
 
     async def stop(self) -> None:
-        """Drain: stop listening, let runs finish (bounded), destroy every sandbox, close."""
+        """Drain: stop listening, let runs finish (bounded), destroy every sandbox, close.
+        Safe on a gateway that started only partly."""
         if self._server is not None:
             self._server.stop()
         if self.services is not None:
             await self.services.runs.drain()
-            await self.services.backend.shutdown()
+        if self.backend is not None:
+            await self.backend.shutdown()
         if self._expiry is not None:
             self._expiry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry
         if self._server is not None:
             await self._server.close_all_connections()
-        if self.services is not None:
+        if self.store is not None:
             await self.store.close()
+        if self.context is not None:
             self.context.destroy(linger=0)
 
 
