@@ -1,0 +1,46 @@
+"""`/v1/tools/*`: the seed-compatible tool endpoints, thin adapters over the run pipeline
+(the translation both ways lives in `gateway.tools`)."""
+
+from __future__ import annotations
+
+from gateway.handlers.base import BaseHandler
+from gateway.tools.code_exec import code_exec_answer, parse_code_exec
+from gateway.tools.code_run import code_run_answer, parse_code_run
+from gateway.tools.run_python import parse_run_python, run_python_answer
+
+
+class CodeRunToolHandler(BaseHandler):
+    async def post(self) -> None:
+        call = parse_code_run(
+            self.json_body(), self.settings_, user=self.user.user, role=self.user.role
+        )
+        record = await self.services.runs.run(call.request)
+        self.send_json(code_run_answer(call, record))
+
+
+class RunPythonToolHandler(BaseHandler):
+    async def post(self) -> None:
+        call = parse_run_python(
+            self.json_body(),
+            self.settings_,
+            user=self.user.user,
+            role=self.user.role,
+            archives=self.services.extra.get("uploads") is not None,
+        )
+        record = await self.services.runs.run(call.request)
+        self.send_json(run_python_answer(call, record))
+
+
+class CodeExecToolHandler(BaseHandler):
+    async def post(self) -> None:
+        call = parse_code_exec(
+            self.json_body(), self.settings_, user=self.user.user, role=self.user.role
+        )
+        runs = self.services.runs
+        if call.request.background:
+            active = await runs.submit(call.request)
+            self.set_header("Location", f"/v1/runs/{active.record.id}")
+            self.send_json({"task_id": active.record.id}, 202)
+            return
+        record = await runs.run(call.request)
+        self.send_json(code_exec_answer(call, record))
