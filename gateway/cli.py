@@ -1,4 +1,5 @@
-"""Command line: `gateway serve [flags]` starts the server (see `--help`)."""
+"""Command line: `gateway serve [flags]` starts the server, `gateway run FILE` runs a
+notebook or a script on a running one (see `--help`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from gateway import runcli
 from gateway import settings as settings_module
 from gateway.version import __version__
 
@@ -19,11 +21,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="start the gateway")
     settings_module.add_arguments(serve)
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    runcli.add_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return runcli.main(args)
     if args.command == "serve":
         logging.basicConfig(
             level=getattr(logging, str(args.log_level).upper(), logging.INFO),

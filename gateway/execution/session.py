@@ -76,9 +76,15 @@ class KernelSession:
         self.start_seconds = 0.0
 
     async def run_cell(
-        self, source: str, timeout: float, listener: OutputListener | None = None
+        self,
+        source: str,
+        timeout: float,
+        listener: OutputListener | None = None,
+        caps: Caps | None = None,
     ) -> Cell:
-        cell = Cell(source=source, collector=OutputCollector(caps_from(self.settings), listener))
+        """Run one cell until it ends or `timeout` s pass; `caps` default to the settings'."""
+        caps = caps_from(self.settings) if caps is None else caps
+        cell = Cell(source=source, collector=OutputCollector(caps, listener))
         assert cell.collector is not None
         started = time.monotonic()
         msg_id = self.client.execute(source)

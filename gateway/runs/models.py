@@ -108,6 +108,7 @@ class RunRecord:
     notes: list[str] = dataclasses.field(default_factory=list)
     code: str = ""
     created_at: str = dataclasses.field(default_factory=now_rfc3339)
+    notebook: dict[str, Any] | None = None  # a notebook run's cells (gateway/runs/notebook.py)
 
     @property
     def success(self) -> bool:
@@ -150,6 +151,7 @@ class RunRecord:
             "user": self.user,
             "code": self.code,
             "created_at": self.created_at,
+            "notebook": self.notebook,
         }
 
     @classmethod

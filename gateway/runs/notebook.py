@@ -1,7 +1,14 @@
-"""A run record as an nbformat v4 notebook: one code cell with the code and its outputs."""
+"""A run record as an nbformat v4 notebook: for a single run, one code cell with the code
+and its outputs; for a notebook replay, the executed notebook.
+
+A replay's record keeps the notebook without its code cells' outputs in `record.notebook`
+(each code cell's `outputs` is the number of its outputs); the outputs themselves are the
+record's `outputs`, in order, so nothing is stored twice.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import nbformat
@@ -25,13 +32,29 @@ def notebook_metadata(language: str) -> dict[str, Any]:
     return {key: dict(value) for key, value in KERNELSPECS[language].items()}
 
 
+def store_notebook(record: RunRecord, notebook: dict[str, Any]) -> None:
+    """Keep a (possibly executed) notebook with its record: outputs go to `record.outputs`."""
+    skeleton = copy.copy(notebook)
+    skeleton["cells"] = []
+    outputs: list[dict[str, Any]] = []
+    for cell in notebook["cells"]:
+        if cell.get("cell_type") == "code":
+            outputs.extend(cell["outputs"])
+            cell = {**cell, "outputs": len(cell["outputs"])}
+        skeleton["cells"].append(cell)
+    record.notebook = skeleton
+    record.outputs = outputs
+
+
 def record_to_notebook(record: RunRecord) -> nbformat.NotebookNode:
     """The run as a notebook that opens in JupyterLab and can be replayed."""
-    cell = new_code_cell(source=record.code, execution_count=1 if record.outputs else None)
-    cell.outputs = [nbformat.from_dict(_for_cell(o)) for o in record.outputs]
-    nb: nbformat.NotebookNode = new_notebook(
-        cells=[cell], metadata=notebook_metadata(record.language)
-    )
+    nb: nbformat.NotebookNode
+    if record.notebook is not None:
+        nb = nbformat.from_dict(_rebuilt(record.notebook, record.outputs))
+    else:
+        cell = new_code_cell(source=record.code, execution_count=1 if record.outputs else None)
+        cell.outputs = [nbformat.from_dict(_for_cell(o)) for o in record.outputs]
+        nb = new_notebook(cells=[cell], metadata=notebook_metadata(record.language))
     nb.metadata["gateway"] = {
         "run_id": record.id,
         "status": record.status,
@@ -41,6 +64,17 @@ def record_to_notebook(record: RunRecord) -> nbformat.NotebookNode:
     }
     nbformat.validate(nb)
     return nb
+
+
+def _rebuilt(skeleton: dict[str, Any], outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    notebook = copy.deepcopy(skeleton)
+    start = 0
+    for cell in notebook["cells"]:
+        if cell.get("cell_type") == "code":
+            count = int(cell["outputs"])
+            cell["outputs"] = copy.deepcopy(outputs[start : start + count])
+            start += count
+    return notebook
 
 
 def _for_cell(output: dict[str, Any]) -> dict[str, Any]:

@@ -60,14 +60,16 @@ def check_relative_path(path: Any, field: str) -> str:
     return str(PurePosixPath(*parts))
 
 
-def parse_timeout(value: Any, settings: Settings, notes: list[str]) -> float:
+def parse_timeout(
+    value: Any, settings: Settings, notes: list[str], field: str = "timeout"
+) -> float:
     if value is None:
         return min(settings.default_timeout, settings.max_timeout)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest("`timeout` must be a number of seconds.", field="timeout")
+        raise InvalidRequest(f"`{field}` must be a number of seconds.", field=field)
     clamped = min(max(float(value), 1.0), settings.max_timeout)
     if clamped != value:
-        notes.append(f"The timeout {value:g} s was clamped to {clamped:g} s.")
+        notes.append(f"The {field} {value:g} s was clamped to {clamped:g} s.")
     return clamped
 
 

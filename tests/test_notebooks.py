@@ -1,0 +1,479 @@
+"""POST /v1/notebooks/run: the golden notebooks of notebooks/ replayed on every backend and
+compared with their stored outputs after normalising (as nbclient tests itself), and the
+endpoint's behaviour: state between cells, allow_errors, timeouts, files, caps, 400s.
+
+The stored outputs were produced by replaying each notebook through the gateway and
+reviewed by eye; to produce them again (say, after a kernel image upgrade), run
+`python -m tests.test_notebooks --regenerate`, then review the diff.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from gateway.runs.notebook import notebook_metadata
+from tests.conftest import start_gateway
+from tests.support import REPO, Client, GatewayThread, wait_for
+
+NOTEBOOKS = REPO / "notebooks"
+
+# How each golden notebook is replayed, and the status its replay ends with.
+GOLDEN: dict[str, tuple[dict[str, Any], str]] = {
+    "chart.ipynb": ({}, "succeeded"),
+    "pandas_table.ipynb": ({}, "succeeded"),
+    "error.ipynb": ({"allow_errors": False}, "failed"),
+    "bash.ipynb": ({"allow_errors": True}, "failed"),
+}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,16}")
+_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?")
+_IMAGES = ("image/png", "image/jpeg", "image/svg+xml")
+
+
+# --- normalising ---------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    text = "".join(value) if isinstance(value, list) else str(value)
+    return _TIMESTAMP.sub("<TIME>", _ADDRESS.sub("0xADDR", text))
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def _image(mime: str, value: Any) -> dict[str, Any]:
+    """An image stands for its type and its size, never its bytes (renderers differ)."""
+    text = "".join(value) if isinstance(value, list) else value
+    if mime == "image/svg+xml":
+        return {"mime": mime, "bytes": len(text)}
+    data = base64.b64decode(text)
+    shape = png_size(data) if mime == "image/png" else None
+    return {"mime": mime, "bytes": len(data), "shape": shape}
+
+
+def normalise_output(output: dict[str, Any]) -> dict[str, Any]:
+    kind = output["output_type"]
+    if kind == "error":
+        last = _ANSI.sub("", output["traceback"][-1]) if output["traceback"] else ""
+        return {"output_type": kind, "ename": output["ename"], "evalue": output["evalue"],
+                "last_line": _text(last)}  # fmt: skip
+    data = {
+        mime: _image(mime, value) if mime in _IMAGES else _text(value)
+        for mime, value in output.get("data", {}).items()
+    }
+    gateway = (output.get("metadata") or {}).get("gateway")
+    return {"output_type": kind, "data": data, "gateway": gateway}
+
+
+def normalise_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    """A cell without its id and metadata; streams are joined per name (stdout and stderr
+    arrive on different pipes, so their relative order is not part of the contract)."""
+    result: dict[str, Any] = {"cell_type": cell["cell_type"], "source": _text(cell["source"])}
+    if cell["cell_type"] != "code":
+        return result
+    streams: dict[str, str] = {}
+    rich = []
+    for output in cell["outputs"]:
+        if output["output_type"] == "stream":
+            streams[output["name"]] = streams.get(output["name"], "") + _text(output["text"])
+        else:
+            rich.append(normalise_output(output))
+    result.update(execution_count=cell["execution_count"], streams=streams, outputs=rich)
+    return result
+
+
+def normalise(notebook: dict[str, Any]) -> list[dict[str, Any]]:
+    return [normalise_cell(cell) for cell in notebook["cells"]]
+
+
+def assert_same_images(got: dict[str, Any], want: dict[str, Any]) -> None:
+    """Same kind and shape of image, of a comparable size (fonts and zlib differ a little)."""
+    for cell_got, cell_want in zip(normalise(got), normalise(want), strict=True):
+        for out_got, out_want in zip(cell_got.get("outputs", []), cell_want.get("outputs", []), strict=True):  # fmt: skip
+            for mime in _IMAGES:
+                if mime in out_want.get("data", {}):
+                    image_got, image_want = out_got["data"][mime], out_want["data"][mime]
+                    assert image_got["mime"] == image_want["mime"]
+                    assert image_got.get("shape") == image_want.get("shape")
+                    assert image_want["bytes"] / 2 < image_got["bytes"] < image_want["bytes"] * 2
+
+
+def without_image_bytes(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cells = copy.deepcopy(cells)
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            for mime in _IMAGES:
+                if mime in output.get("data", {}):
+                    output["data"][mime] = {"mime": mime}
+    return cells
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def notebook(
+    *sources: str, language: str = "python", tags: dict[int, list[str]] | None = None
+) -> dict[str, Any]:
+    """A notebook of code cells, as JSON; `tags` maps a cell's index to its tags."""
+    nb = new_notebook(metadata=notebook_metadata(language))
+    nb.cells = [new_code_cell(source) for source in sources]
+    for index, cell_tags in (tags or {}).items():
+        nb.cells[index].metadata["tags"] = cell_tags
+    notebook: dict[str, Any] = json.loads(nbformat.writes(nb))
+    return notebook
+
+
+def replay(client: Client, nb: dict[str, Any], **options: Any) -> dict[str, Any]:
+    response = client.request("POST", "/v1/notebooks/run", {"notebook": nb, **options})
+    assert response.status == 200, response.body[:2000]
+    answer: dict[str, Any] = response.json()
+    assert set(answer) == {"notebook", "run"}
+    nbformat.validate(nbformat.from_dict(answer["notebook"]))
+    return answer
+
+
+def code_cells(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in answer["notebook"]["cells"] if c["cell_type"] == "code"]
+
+
+def stdout_of(cell: dict[str, Any]) -> str:
+    return "".join(
+        o["text"] for o in cell["outputs"] if o["output_type"] == "stream" and o["name"] == "stdout"
+    )
+
+
+def error_of(response: Any) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()["error"]
+    return body
+
+
+# --- golden notebooks ----------------------------------------------------------------------
+
+
+def test_every_stored_notebook_is_a_golden_test() -> None:
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(GOLDEN)
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_golden_notebook_replays_to_its_stored_outputs(client: Client, name: str) -> None:
+    options, status = GOLDEN[name]
+    stored = json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))
+    nbformat.validate(nbformat.from_dict(stored))
+    answer = replay(client, stored, **options)
+    got = answer["notebook"]
+    assert without_image_bytes(normalise(got)) == without_image_bytes(normalise(stored))
+    assert_same_images(got, stored)
+    assert got["metadata"]["kernelspec"] == stored["metadata"]["kernelspec"]
+    assert answer["run"]["status"] == status
+    assert answer["run"]["outputs"] == [o for c in code_cells(answer) for o in c["outputs"]]
+
+
+# --- the endpoint --------------------------------------------------------------------------
+
+
+def test_state_flows_between_cells_but_not_between_requests(client: Client) -> None:
+    first = replay(
+        client,
+        notebook("secret = 41\nopen('left.txt', 'w').write('x')", "print(secret + 1)"),
+    )
+    assert first["run"]["status"] == "succeeded" and first["run"]["stdout"] == "42\n"
+    assert [c["execution_count"] for c in code_cells(first)] == [1, 2]
+    second = replay(
+        client, notebook("import os\nprint('secret' in globals(), os.path.exists('left.txt'))")
+    )
+    assert second["run"]["stdout"] == "False False\n"
+
+
+def test_a_failing_cell_stops_the_replay_by_default(client: Client) -> None:
+    nb = notebook("print('a')", "raise ValueError('boom')", "print('b')")
+    nb["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "stale\n"}]
+    nb["cells"][2]["execution_count"] = 7
+    answer = replay(client, nb)
+    run, cells = answer["run"], code_cells(answer)
+    assert (run["status"], run["exit_code"], run["error"]["ename"]) == ("failed", 1, "ValueError")
+    assert [c["execution_count"] for c in cells] == [1, 2, None]
+    assert cells[1]["outputs"][-1]["output_type"] == "error"
+    assert cells[2]["outputs"] == []  # stale outputs of the input are gone
+    assert run["stdout"] == "a\n"
+    assert any("Cell 2 (In [2]) failed" in note for note in run["notes"])
+
+
+def test_allow_errors_runs_every_cell_and_reports_the_first_error(client: Client) -> None:
+    nb = notebook("raise ValueError('first')", "print('b')", "{}['missing']", "print('c')")
+    answer = replay(client, nb, allow_errors=True)
+    run, cells = answer["run"], code_cells(answer)
+    assert [c["execution_count"] for c in cells] == [1, 2, 3, 4]
+    assert run["stdout"] == "b\nc\n"
+    assert run["status"] == "failed" and run["exit_code"] == 1
+    assert run["error"]["ename"] == "ValueError"
+    assert [o["ename"] for o in run["outputs"] if o["output_type"] == "error"] == [
+        "ValueError",
+        "KeyError",
+    ]
+
+
+def test_cells_tagged_raises_exception_or_skip_execution(client: Client) -> None:
+    nb = notebook(
+        "1/0",
+        "print('skipped')",
+        "",
+        "print('ran')",
+        tags={0: ["raises-exception"], 1: ["skip-execution"]},
+    )
+    answer = replay(client, nb)
+    assert answer["run"]["status"] == "succeeded" and answer["run"]["error"] is None
+    assert [c["execution_count"] for c in code_cells(answer)] == [1, None, None, 2]
+    assert answer["run"]["stdout"] == "ran\n"
+
+
+def test_bash_notebook_keeps_state_and_stops_at_a_non_zero_status(client: Client) -> None:
+    nb = notebook("n=5\necho set", "echo $((n * 2)); (exit 4)", "echo never", language="bash")
+    answer = replay(client, nb)
+    run, cells = answer["run"], code_cells(answer)
+    assert (run["language"], run["status"], run["exit_code"]) == ("bash", "failed", 4)
+    assert stdout_of(cells[1]) == "10\n"
+    assert cells[2]["execution_count"] is None
+
+
+def test_cell_timeout_stops_the_cell_and_the_replay(client: Client) -> None:
+    nb = notebook("print('start')", "import time\ntime.sleep(60)", "print('never')")
+    answer = replay(client, nb, cell_timeout=1, timeout=60)
+    run, cells = answer["run"], code_cells(answer)
+    assert (run["status"], run["timed_out"], run["kill_reason"]) == ("timed_out", True, "timeout")
+    assert run["exit_code"] is None
+    assert stdout_of(cells[0]) == "start\n"
+    assert [c["execution_count"] for c in cells] == [1, 2, None]
+    assert any("cell_timeout (1 s)" in note for note in run["notes"])
+    assert run["usage"]["wall_ms"] < 30_000
+
+
+def test_total_timeout_spans_the_cells(client: Client) -> None:
+    sources = [f"import time\ntime.sleep(0.6)\nprint({i})" for i in range(8)]
+    answer = replay(client, notebook(*sources), timeout=2, cell_timeout=10)
+    run, cells = answer["run"], code_cells(answer)
+    assert run["status"] == "timed_out" and run["timed_out"] is True
+    finished = [c for c in cells if stdout_of(c)]
+    assert 1 <= len(finished) <= 4
+    assert cells[-1]["execution_count"] is None and cells[-1]["outputs"] == []
+    assert run["stdout"] == "".join(f"{i}\n" for i in range(len(finished)))
+    assert any("its timeout (2 s)" in note for note in run["notes"])
+
+
+def test_delete_cancels_a_running_notebook(gateway: GatewayThread, client: Client) -> None:
+    nb = notebook("print('first')", "import time\ntime.sleep(60)", "print('never')")
+    answers: list[dict[str, Any]] = []
+    poster = threading.Thread(target=lambda: answers.append(replay(client, nb)))
+    poster.start()
+    try:
+        assert wait_for(lambda: bool(running_ids(gateway)), timeout=30)
+        run_id = running_ids(gateway)[0]
+        time.sleep(4)  # the kernel starts, the first cell prints, the second one sleeps
+        response = client.request("DELETE", f"/v1/runs/{run_id}")
+        assert response.status == 200
+    finally:
+        poster.join(60)
+    run, cells = answers[0]["run"], code_cells(answers[0])
+    assert (run["status"], run["kill_reason"], run["exit_code"]) == ("cancelled", "cancelled", None)
+    assert stdout_of(cells[0]) == "first\n"
+    assert cells[2]["execution_count"] is None
+    assert run["usage"]["wall_ms"] < 30_000
+
+
+def running_ids(gateway: GatewayThread) -> list[str]:
+    assert gateway.gateway.services is not None
+    return list(gateway.gateway.services.runs.active)
+
+
+def test_files_are_staged_and_returned(client: Client) -> None:
+    nb = notebook(
+        "text = open('data/in.txt').read()",
+        "open('out.txt', 'w').write(text.upper())",
+    )
+    answer = replay(
+        client,
+        nb,
+        files=[{"path": "data/in.txt", "content": "hello"}],
+        return_files=["out.txt", "missing.txt"],
+    )
+    files = {f["path"]: f for f in answer["run"]["files"]}
+    assert files["out.txt"]["content"] == "HELLO"
+    assert "error" in files["missing.txt"]
+
+
+def test_the_body_may_be_the_notebook_itself(client: Client) -> None:
+    nb = notebook("x = 2", "x * 21")
+    response = client.request(
+        "POST", "/v1/notebooks/run", nb, headers={"Content-Type": "application/x-ipynb+json"}
+    )
+    assert response.status == 200, response.body[:500]
+    cells = code_cells(response.json())
+    assert cells[1]["outputs"][0]["data"]["text/plain"] == "42"
+    assert cells[1]["outputs"][0]["execution_count"] == 2
+
+
+def test_run_record_and_its_notebook_can_be_fetched_again(client: Client) -> None:
+    nb = notebook("print('one')", "print('two')")
+    nb["cells"].insert(1, json.loads(json.dumps(new_markdown_cell("# between"))))
+    answer = replay(client, nb)
+    run_id = answer["run"]["id"]
+    record = client.request("GET", f"/v1/runs/{run_id}").json()
+    assert record["status"] == "succeeded" and record["stdout"] == "one\ntwo\n"
+    response = client.request("GET", f"/v1/runs/{run_id}/notebook")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("application/x-ipynb+json")
+    again = nbformat.reads(response.body.decode(), as_version=4)
+    assert again == nbformat.from_dict(answer["notebook"])
+    assert again["metadata"]["gateway"]["run_id"] == run_id
+    assert [c["cell_type"] for c in again["cells"]] == ["code", "markdown", "code"]
+
+
+def test_old_and_loose_notebooks_are_accepted(client: Client) -> None:
+    v3 = {
+        "nbformat": 3,
+        "nbformat_minor": 0,
+        "metadata": {},
+        "worksheets": [
+            {
+                "cells": [
+                    {"cell_type": "code", "input": "print(3)", "outputs": [], "language": "python"}
+                ]
+            }
+        ],
+    }
+    answer = replay(client, v3)
+    assert answer["notebook"]["nbformat"] == 4 and answer["run"]["stdout"] == "3\n"
+    assert answer["notebook"]["metadata"]["kernelspec"]["name"] == "python3"
+    no_ids = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {"cell_type": "code", "source": ["a = 1\n", "print(a)"], "metadata": {},
+             "outputs": [], "execution_count": None},
+            {"id": "x", "cell_type": "code", "source": "print(2)", "metadata": {},
+             "outputs": [], "execution_count": None},
+            {"id": "x", "cell_type": "code", "source": "print(3)", "metadata": {},
+             "outputs": [], "execution_count": None},
+        ],
+    }  # fmt: skip
+    answer = replay(client, no_ids)
+    assert answer["run"]["stdout"] == "1\n2\n3\n"
+    assert len({c["id"] for c in answer["notebook"]["cells"]}) == 3
+    assert any("cell id" in note for note in answer["run"]["notes"])
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "reason"),
+    [
+        ({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [{"id": "a", "cell_type": "code", "source": "1", "metadata": {}}]},
+         "invalid_request", "'outputs' is a required property"),
+        ({"nbformat": 4, "nbformat_minor": 5, "cells": []},
+         "invalid_request", "'metadata' is a required property"),
+        ({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [{"id": "a b", "cell_type": "code", "source": "1", "metadata": {},
+                     "outputs": [], "execution_count": None}]},
+         "invalid_request", "does not match"),
+        ({"notebook": {"nbformat": 5, "nbformat_minor": 0, "metadata": {}, "cells": []}},
+         "invalid_request", "nbformat 4"),
+        ({"notebook": {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [1]}},
+         "invalid_request", "cell objects"),
+        ({"notebook": "{not json"}, "invalid_request", "not valid JSON"),
+        ({"code": "print(1)"}, "invalid_request", "Send a notebook"),
+        ({"notebook": {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []},
+          "language": "python"}, "invalid_request", "Unknown field"),
+        ({"notebook": {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []},
+          "cell_timeout": "soon"}, "invalid_request", "`cell_timeout` must be a number"),
+        ({"notebook": {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []},
+          "allow_errors": "yes"}, "invalid_request", "allow_errors"),
+        ({"notebook": {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []},
+          "files": [{"path": "../x", "content": ""}]}, "invalid_path", "inside"),
+        ({"nbformat": 4, "nbformat_minor": 5, "cells": [],
+          "metadata": {"kernelspec": {"name": "ir", "language": "R", "display_name": "R"}}},
+         "unsupported_language", "'R' is not supported"),
+        ({"nbformat": 4, "nbformat_minor": 5, "cells": [],
+          "metadata": {"kernelspec": {"name": "julia-1.10", "display_name": "Julia"}}},
+         "unsupported_language", "julia"),
+    ],
+)  # fmt: skip
+def test_bad_requests_are_400_with_the_reason(
+    client: Client, body: dict[str, Any], code: str, reason: str
+) -> None:
+    response = client.request("POST", "/v1/notebooks/run", body)
+    assert response.status == 400, response.body[:500]
+    error = error_of(response)
+    assert error["code"] == code
+    assert reason in error["message"], error["message"]
+
+
+# --- caps of the whole notebook ------------------------------------------------------------
+
+
+@pytest.fixture
+def capped(backend_name: str) -> Iterator[GatewayThread]:
+    server = start_gateway(backend_name, stream_cap_bytes=10_000, display_cap_bytes=25_000)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_caps_apply_to_the_whole_notebook(capped: GatewayThread) -> None:
+    show = "from IPython.display import HTML, display\ndisplay(HTML('<p>' + 'x' * 10000))"
+    nb = notebook(*[f"print('{i}' * 4000)" for i in range(4)], show, show, show, "print('end')")
+    answer = replay(capped.client(), nb)
+    run, cells = answer["run"], code_cells(answer)
+    assert run["status"] == "succeeded"
+    for i in range(4):  # each cell's text is complete: under the per-cell cap
+        assert stdout_of(cells[i]) == f"{i}" * 4000 + "\n"
+    assert run["stdout_truncated"] and "bytes truncated" in run["stdout"]
+    assert run["stdout"].startswith("0000") and run["stdout"].endswith("end\n")
+    assert len(run["stdout"].encode()) < 10_200
+    shown = [len(c["outputs"]) for c in cells[4:7]]
+    assert shown == [1, 1, 0]  # the third HTML is past the notebook's rich-output budget
+    assert any(
+        note.startswith("Cell 7 (In [7]): 1 rich output") and "25000 bytes" in note
+        for note in run["notes"]
+    )
+
+
+# --- producing the stored outputs ----------------------------------------------------------
+
+
+def regenerate() -> None:
+    """Replay every golden notebook on the local backend and store what comes back."""
+    server = GatewayThread(backend="local").start()
+    try:
+        for name, (options, _) in sorted(GOLDEN.items()):
+            path = NOTEBOOKS / name
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            answer = replay(server.client(), stored, **options)
+            executed = answer["notebook"]
+            executed["metadata"].pop("gateway", None)
+            path.write_text(nbformat.writes(nbformat.from_dict(executed)) + "\n", encoding="utf-8")
+            print(f"{name}: {answer['run']['status']}")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--regenerate"]:
+        raise SystemExit("usage: python -m tests.test_notebooks --regenerate")
+    regenerate()
