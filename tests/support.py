@@ -94,17 +94,25 @@ class GatewayThread:
         overrides.setdefault("kernel_start_timeout", 60.0)
         overrides.setdefault("instance_id", new_instance_id())
         INSTANCES.add(overrides["instance_id"])
-        self.settings = settings_module.load(environ={}, overrides=overrides)
+        try:
+            self.settings = settings_module.load(environ={}, overrides=overrides)
+            self.gateway = Gateway(self.settings)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.gateway = Gateway(self.settings)
 
     def call(self, coro: Any, timeout: float = 600) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def start(self) -> GatewayThread:
         self.thread.start()
-        self.call(self.gateway.start())
+        try:
+            self.call(self.gateway.start())
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     @property
