@@ -750,3 +750,37 @@ def test_traceback_text_and_cuts() -> None:
     record = RunRecord(id="run_x", language="python", timed_out=True)
     record.outputs = [{"output_type": "error", "ename": "KeyboardInterrupt", "traceback": ["K"]}]
     assert program_chunks(record) == []
+
+
+def test_run_python_vendored_dependencies_from_an_uploaded_archive(backend_name: str) -> None:
+    """The manual's "Vendored dependencies": an archive with a vendor folder on sys.path."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("vendor/tinylib.py", "def shout(s):\n    return s.upper() + '!'\n")
+        archive.writestr(
+            "src/main.py",
+            "import sys\nsys.path.insert(0, 'vendor')\nimport tinylib\nresult = tinylib.shout(word)\n",
+        )
+    server = start_gateway(backend_name, allow_uploads=True)
+    try:
+        client = server.client()
+        upload = client.request(
+            "POST",
+            "/v1/uploads",
+            raw=buffer.getvalue(),
+            headers={"Content-Type": "application/zip"},
+        )
+        assert upload.status == 201, upload.body
+        body = {
+            "input": {"vars": {"word": "hi"}},
+            "params": {"archive_file_id": upload.json()["id"], "entrypoint": "src/main.py"},
+        }
+        assert tool(client, "run_python", body)["result"] == "HI!"
+        body["params"]["entrypoint"] = "src/missing.py"
+        missing = tool(client, "run_python", body)
+        assert missing["result"] is None and "missing.py" in missing["stderr"]
+    finally:
+        server.stop()

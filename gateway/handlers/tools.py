@@ -7,6 +7,7 @@ from gateway.handlers.base import BaseHandler
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
 from gateway.tools.run_python import parse_run_python, run_python_answer
+from gateway.uploads.attach import resolve_archive
 
 
 class CodeRunToolHandler(BaseHandler):
@@ -27,7 +28,8 @@ class RunPythonToolHandler(BaseHandler):
             role=self.user.role,
             archives=self.services.extra.get("uploads") is not None,
         )
-        record = await self.services.runs.run(call.request)
+        request, archive_files = await resolve_archive(self.services.extra, call.request)
+        record = await self.services.runs.run(request, extra_files=archive_files)
         self.send_json(run_python_answer(call, record))
 
 
