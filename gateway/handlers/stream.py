@@ -1,0 +1,343 @@
+"""`WebSocket /v1/stream`: many runs on one connection, their outputs sent live.
+
+Client -> gateway: `{"type": "run", "ref", ...fields of POST /v1/runs}` and
+`{"type": "cancel", "id"}` (or `"ref"` of a run of this connection).
+Gateway -> client, per run: `accepted`, zero or more `output` (and `output_dropped` when a
+slow client made the gateway skip live outputs), then `done` with the full run record;
+`error` for a message that could not be acted on. Closing the connection cancels its runs.
+
+Auth happens on the handshake: `?token=` (browsers cannot set headers on a WebSocket) or
+an `Authorization: Bearer` header. A browser's `Origin` must be this gateway's own or one
+of `settings.allowed_origins`. Every refusal is the API's JSON error shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import ipaddress
+import json
+import logging
+import urllib.parse
+from typing import Any, ClassVar
+
+import tornado.web
+import tornado.websocket
+
+from gateway.auth import Principal
+from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
+from gateway.handlers.base import Services
+from gateway.handlers.outbox import Outbox
+from gateway.runs.service import ActiveRun
+from gateway.runs.validation import parse_run_request
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+# Live `output` events wait in at most this much memory per connection; past it they are
+# dropped (and counted in an `output_dropped` notice). The `done` record has everything.
+OUTPUT_QUEUE_BYTES = 4 * MiB
+OUTPUT_QUEUE_MESSAGES = 1024
+# Incoming messages are not read while more than this waits to be sent.
+HOLD_BYTES = 8 * MiB
+PING_INTERVAL = 30.0
+MAX_REF_CHARS = 256
+
+
+@dataclasses.dataclass
+class _Run:
+    """A run started on this connection."""
+
+    ref: str | int | None
+    id: str = ""
+    dropped: int = 0
+
+
+def _encode(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "error", "ref": ref, **exc.to_json()}
+    if run_id is not None:
+        event["id"] = run_id
+    if exc.retry_after is not None:
+        event["retry_after"] = int(exc.retry_after + 0.999)
+    return event
+
+
+def _is_loopback_host(host: str) -> bool:
+    name = urllib.parse.urlsplit("//" + host).hostname or ""
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class StreamHandler(tornado.websocket.WebSocketHandler):
+    # Tasks that outlive a message: run watchers, cancellations, closing a connection.
+    _tasks: ClassVar[set[asyncio.Task[Any]]] = set()
+
+    def initialize(self, services: Services) -> None:
+        self.services = services
+        self.settings_ = services.settings
+        self.principal: Principal | None = None
+        self._runs: dict[str, _Run] = {}  # by run id
+        self._refs: dict[str | int, _Run] = {}  # unfinished runs by ref
+        self._connected = False
+        self.outbox = Outbox(
+            self._send,
+            drop_bytes=OUTPUT_QUEUE_BYTES,
+            drop_messages=OUTPUT_QUEUE_MESSAGES,
+            hold_bytes=HOLD_BYTES,
+            on_drained=self._flush_drop_notices,
+        )
+
+    # --- handshake --------------------------------------------------------------------
+
+    @property
+    def max_message_size(self) -> int:
+        return self.settings_.max_body_bytes
+
+    @property
+    def ping_interval(self) -> float:
+        return PING_INTERVAL
+
+    @property
+    def ping_timeout(self) -> float:
+        return PING_INTERVAL
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+
+    def prepare(self) -> None:
+        token = self.get_query_argument("token", None)
+        self._redact_token()
+        origin = self.request.headers.get("Origin")
+        if origin is not None and not self.check_origin(origin):
+            raise Forbidden(f"WebSocket connections from {origin} are not allowed.")
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer":
+            token = value.strip()
+        self.principal = self.services.tokens.authenticate(token)
+        if self.principal is None:
+            raise Unauthorized(
+                "A valid token is required: `?token=<token>` on the handshake, "
+                "or an `Authorization: Bearer <token>` header."
+            )
+
+    def _redact_token(self) -> None:
+        """Keep the token out of the access log (which logs the request URI)."""
+        if "token" not in self.request.query_arguments:
+            return
+        pairs = urllib.parse.parse_qsl(self.request.query, keep_blank_values=True)
+        query = urllib.parse.urlencode(
+            [(k, "***" if k == "token" else v) for k, v in pairs], safe="*"
+        )
+        self.request.query = query
+        self.request.uri = self.request.path + ("?" + query if query else "")
+
+    def check_origin(self, origin: str) -> bool:
+        """Same origin (Origin's host:port is the Host header), or an allowed origin.
+
+        Without tokens (single-user, loopback only) a browser must also have reached the
+        gateway by a loopback name, so that a DNS-rebound site cannot pass as same-origin.
+        """
+        normal = origin.strip().rstrip("/").lower()
+        allowed = {o.strip().rstrip("/").lower() for o in self.settings_.allowed_origins}
+        if "*" in allowed or normal in allowed:
+            return True
+        host = self.request.headers.get("Host", "").lower()
+        if urllib.parse.urlsplit(normal).netloc != host:
+            return False
+        return self.services.tokens.enabled or _is_loopback_host(host)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, GatewayError):
+            self.set_status(exc.status)
+            if exc.status == 401:
+                self.set_header("WWW-Authenticate", 'Bearer realm="gateway"')
+            self.finish(json.dumps(exc.to_json()))
+            return
+        message = self._reason if status_code < 500 else "The gateway failed; it was logged."
+        code = "invalid_request" if status_code < 500 else "internal"
+        self.finish(json.dumps({"error": {"code": code, "message": message}}))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, GatewayError) and value.status < 500:
+            return
+        super().log_exception(typ, value, tb)
+
+    @property
+    def user(self) -> Principal:
+        assert self.principal is not None
+        return self.principal
+
+    # --- connection -------------------------------------------------------------------
+
+    def open(self, *args: str, **kwargs: str) -> None:
+        self._connected = True
+        self.outbox.start()
+
+    async def _send(self, data: bytes) -> None:
+        await self.write_message(data)  # a text frame: `data` is UTF-8 JSON
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self._connected:
+            self.outbox.put(_encode(event))
+
+    def on_close(self) -> None:
+        self._connected = False
+        self._keep(asyncio.ensure_future(self._close_runs()))
+
+    async def _close_runs(self) -> None:
+        await self.outbox.close()
+        await asyncio.gather(*(self._cancel_run(run_id) for run_id in list(self._runs)))
+
+    async def _cancel_run(self, run_id: str) -> None:
+        try:
+            await self.services.runs.cancel(run_id, self.user.user, self.user.is_admin)
+        except Exception:
+            log.exception("could not cancel run %s", run_id)
+
+    # --- incoming ---------------------------------------------------------------------
+
+    async def on_message(self, message: str | bytes) -> None:
+        # Not reading on while answers pile up is the backpressure on a non-reading client.
+        await self.outbox.wait_for_room()
+        if not self._connected:
+            return
+        ref: Any = None
+        run_id: str | None = None
+        try:
+            if isinstance(message, bytes):
+                raise InvalidRequest("Send JSON messages as text frames, not binary ones.")
+            try:
+                data = json.loads(message)
+            except json.JSONDecodeError as exc:
+                raise InvalidRequest(f"The message is not valid JSON: {exc}.") from exc
+            if not isinstance(data, dict):
+                raise InvalidRequest("A message must be a JSON object with a `type`.")
+            ref = data.get("ref")
+            run_id = data["id"] if isinstance(data.get("id"), str) else None
+            kind = data.get("type")
+            if kind == "run":
+                await self._start_run(data)
+            elif kind == "cancel":
+                await self._cancel(data)
+            else:
+                raise InvalidRequest(
+                    f"Unknown message type {kind!r}; send `run` or `cancel`.", field="type"
+                )
+        except GatewayError as exc:
+            self._emit(_error_event(exc, ref if _valid_ref(ref) else None, run_id))
+        except Exception:
+            log.exception("stream message failed")
+            self._emit(
+                _error_event(
+                    GatewayError("The gateway failed to handle this message; it was logged."),
+                    ref if _valid_ref(ref) else None,
+                )
+            )
+
+    async def _start_run(self, data: dict[str, Any]) -> None:
+        ref = data.get("ref")
+        if not _valid_ref(ref):
+            raise InvalidRequest(
+                f"`ref` must be a string of at most {MAX_REF_CHARS} characters or an integer.",
+                field="ref",
+            )
+        if ref is not None and ref in self._refs:
+            raise InvalidRequest(f"A run with ref {ref!r} is still in progress.", field="ref")
+        request = parse_run_request(data, self.settings_, user=self.user.user, role=self.user.role)
+        run = _Run(ref=ref)
+        active = await self.services.runs.submit(
+            request, listener=functools.partial(self._on_output, run)
+        )
+        # No await between submit and here: the run's task has not started yet, so the
+        # `accepted` event is queued before any output of it.
+        run.id = active.record.id
+        self._runs[run.id] = run
+        if ref is not None:
+            self._refs[ref] = run
+        self._emit({"type": "accepted", "ref": ref, "id": run.id})
+        self._keep(asyncio.create_task(self._watch(run, active)))
+        if not self._connected:  # closed while the run was being admitted
+            self._keep(asyncio.create_task(self._cancel_run(run.id)))
+
+    async def _watch(self, run: _Run, active: ActiveRun) -> None:
+        """Send the `done` event when the run has its final record."""
+        assert active.task is not None
+        record = active.record
+        with contextlib.suppress(asyncio.CancelledError):
+            record = await asyncio.shield(active.task)
+        self._runs.pop(run.id, None)
+        if run.ref is not None:
+            self._refs.pop(run.ref, None)
+        self._flush_drop_notice(run)
+        self._emit({"type": "done", "ref": run.ref, "id": run.id, "run": record.to_json()})
+
+    async def _cancel(self, data: dict[str, Any]) -> None:
+        run_id = data.get("id")
+        if run_id is None and _valid_ref(data.get("ref")) and data.get("ref") in self._refs:
+            run_id = self._refs[data["ref"]].id
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidRequest("`cancel` needs the run's `id` (or this connection's `ref`).")
+        # Ownership is checked now (NotFound becomes an error event); the run ends on its
+        # own time and its `done` event follows.
+        await self.services.runs.get(run_id, self.user.user, self.user.is_admin)
+        self._keep(asyncio.create_task(self._cancel_run(run_id)))
+
+    @classmethod
+    def _keep(cls, task: asyncio.Task[Any]) -> None:
+        """Hold a reference to a task until it is done (the loop keeps only weak ones)."""
+        cls._tasks.add(task)
+        task.add_done_callback(cls._tasks.discard)
+
+    # --- outgoing outputs -------------------------------------------------------------
+
+    def _on_output(
+        self, run: _Run, output: dict[str, Any], display_id: str | None, update: bool
+    ) -> None:
+        """The run's listener: called on the event loop for each output as it arrives."""
+        if not self._connected:
+            return
+        if self.outbox.full:
+            run.dropped += 1
+            return
+        event: dict[str, Any] = {"type": "output", "ref": run.ref, "id": run.id, "output": output}
+        if display_id is not None:
+            event["display_id"] = display_id
+            if update:
+                event["update"] = True
+        self._flush_drop_notice(run)
+        if not self.outbox.offer(_encode(event)):
+            run.dropped += 1
+
+    def _flush_drop_notice(self, run: _Run) -> None:
+        if run.dropped:
+            dropped, run.dropped = run.dropped, 0
+            self._emit({"type": "output_dropped", "ref": run.ref, "id": run.id, "dropped": dropped})
+
+    def _flush_drop_notices(self) -> None:
+        for run in self._runs.values():
+            self._flush_drop_notice(run)
+
+
+def _valid_ref(ref: Any) -> bool:
+    if ref is None or (isinstance(ref, int) and not isinstance(ref, bool)):
+        return True
+    return isinstance(ref, str) and len(ref) <= MAX_REF_CHARS
+
+
+__all__ = ["StreamHandler"]

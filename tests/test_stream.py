@@ -1,0 +1,561 @@
+"""`WebSocket /v1/stream`: live outputs per run, many runs per connection, cancel, errors
+that keep the connection usable, handshake auth and origin, and bounded memory for a
+client that does not read."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psutil
+import pytest
+import tornado.httpclient
+import tornado.websocket
+
+from tests.conftest import start_gateway
+from tests.support import GatewayThread, wait_for
+
+TOKEN = "stream-test-token-0123456789"
+
+
+class Stream:
+    """A tornado WebSocket client with helpers to wait for events."""
+
+    def __init__(self, ws: tornado.websocket.WebSocketClientConnection) -> None:
+        self.ws = ws
+        self.events: list[dict[str, Any]] = []
+
+    def send(self, message: Any) -> None:
+        self.ws.write_message(
+            message if isinstance(message, str | bytes) else json.dumps(message),
+            binary=isinstance(message, bytes),
+        )
+
+    async def recv(self, timeout: float = 60) -> dict[str, Any] | None:
+        text = await asyncio.wait_for(self.ws.read_message(), timeout)
+        if text is None:
+            return None
+        event: dict[str, Any] = json.loads(text)
+        event["_t"] = time.monotonic()
+        self.events.append(event)
+        return event
+
+    async def until(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                event = await self.recv(max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                raise AssertionError(f"no matching event in {timeout} s: {self.events}") from None
+            assert event is not None, f"connection closed; events so far: {self.events}"
+            if predicate(event):
+                return event
+
+    async def done(self, ref: Any, timeout: float = 60) -> dict[str, Any]:
+        """The `done` event of `ref` (perhaps received already)."""
+        for event in self.events:
+            if event["type"] == "done" and event["ref"] == ref:
+                return event
+        return await self.until(lambda e: e["type"] == "done" and e["ref"] == ref, timeout)
+
+    async def run(self, ref: Any, **fields: Any) -> list[dict[str, Any]]:
+        """Send a run and return its events up to `done`."""
+        self.send({"type": "run", "ref": ref, **fields})
+        await self.done(ref)
+        return [e for e in self.events if e.get("ref") == ref]
+
+
+def ws_url(port: int, query: str = "") -> str:
+    return f"ws://127.0.0.1:{port}/v1/stream{query}"
+
+
+@asynccontextmanager
+async def connect(
+    port: int, query: str = "", headers: dict[str, str] | None = None
+) -> AsyncIterator[Stream]:
+    request = tornado.httpclient.HTTPRequest(ws_url(port, query), headers=headers or {})
+    ws = await tornado.websocket.websocket_connect(request)
+    try:
+        yield Stream(ws)
+    finally:
+        ws.close()
+        # let the close handshake finish inside this event loop
+        with _suppress_timeout():
+            while await asyncio.wait_for(ws.read_message(), 5) is not None:
+                pass
+
+
+class _suppress_timeout:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: Any, value: Any, tb: Any) -> bool:
+        return typ is not None and issubclass(typ, asyncio.TimeoutError)
+
+
+def outputs_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["output"] for e in events if e["type"] == "output"]
+
+
+def stream_text(events: list[dict[str, Any]], name: str = "stdout") -> str:
+    return "".join(
+        o["text"] for o in outputs_of(events) if o["output_type"] == "stream" and o["name"] == name
+    )
+
+
+# --- the event sequence -------------------------------------------------------------------
+
+LIVE = {
+    "python": "import time\nprint('first', flush=True)\ntime.sleep(5)\nprint('second')",
+    "bash": "echo first\nsleep 5\necho second",
+}
+
+
+@pytest.mark.parametrize("language", ["python", "bash"])
+def test_events_come_in_order_and_output_arrives_while_running(
+    gateway: GatewayThread, language: str
+) -> None:
+    async def main() -> None:
+        async with connect(gateway.port) as stream:
+            sent = time.monotonic()
+            events = await stream.run("live", code=LIVE[language], language=language)
+        kinds = [e["type"] for e in events]
+        assert kinds[0] == "accepted" and kinds[-1] == "done", kinds
+        assert set(kinds[1:-1]) == {"output"}, kinds
+        run_id = events[0]["id"]
+        assert run_id.startswith("run_") and all(e["id"] == run_id for e in events)
+        first = next(e for e in events if e["type"] == "output")
+        assert first["output"] == {"output_type": "stream", "name": "stdout", "text": "first\n"}
+        done = events[-1]
+        # live: `first` arrived soon after the start, long before the run ended
+        assert first["_t"] - sent < 2 + 4, "the first output took too long"
+        assert done["_t"] - first["_t"] > 3.5, "output was not sent until the run ended"
+        record = done["run"]
+        assert record["id"] == run_id and record["status"] == "succeeded"
+        assert record["stdout"] == "first\nsecond\n" == stream_text(events)
+        assert record["outputs"] == [
+            {"output_type": "stream", "name": "stdout", "text": "first\nsecond\n"}
+        ]
+
+    asyncio.run(main())
+
+
+def test_two_runs_on_one_connection_interleave(gateway: GatewayThread) -> None:
+    code = "import time\nfor i in range(4):\n    print('{0}', i, flush=True)\n    time.sleep(0.6)"
+
+    async def main() -> None:
+        async with connect(gateway.port) as stream:
+            stream.send({"type": "run", "ref": "A", "code": code.format("A")})
+            stream.send({"type": "run", "ref": 2, "code": code.format("B")})
+            await stream.done("A")
+            await stream.done(2)
+            events = stream.events
+        a = [e for e in events if e["ref"] == "A"]
+        b = [e for e in events if e["ref"] == 2]
+        assert len(a) + len(b) == len(events)
+        for mine, letter in ((a, "A"), (b, "B")):
+            assert mine[0]["type"] == "accepted" and mine[-1]["type"] == "done"
+            assert len({e["id"] for e in mine}) == 1
+            assert stream_text(mine) == "".join(f"{letter} {i}\n" for i in range(4))
+            assert mine[-1]["run"]["stdout"] == stream_text(mine)
+        assert a[0]["id"] != b[0]["id"]
+        # both ran at the same time: each printed something before the other finished
+        order = [e["ref"] for e in events if e["type"] == "output"]
+        assert order.index(2) < len(order) - 1 - order[::-1].index("A"), order
+        assert order.index("A") < len(order) - 1 - order[::-1].index(2), order
+
+    asyncio.run(main())
+
+
+def test_cancel_ends_a_run_at_once(gateway: GatewayThread) -> None:
+    async def main() -> None:
+        async with connect(gateway.port) as stream:
+            stream.send(
+                {
+                    "type": "run",
+                    "ref": "c",
+                    "code": "import time\nprint('started', flush=True)\ntime.sleep(120)",
+                }
+            )
+            accepted = await stream.until(lambda e: e["type"] == "accepted")
+            await stream.until(lambda e: e["type"] == "output")
+            asked = time.monotonic()
+            stream.send({"type": "cancel", "id": accepted["id"]})
+            done = await stream.done("c", timeout=20)
+        assert done["_t"] - asked < 5
+        record = done["run"]
+        assert record["status"] == "cancelled" and record["kill_reason"] == "cancelled"
+        assert record["stdout"] == "started\n"
+
+    asyncio.run(main())
+
+
+def test_cancel_by_ref_before_the_kernel_is_ready(gateway: GatewayThread) -> None:
+    async def main() -> None:
+        async with connect(gateway.port) as stream:
+            stream.send({"type": "run", "ref": "early", "code": "import time\ntime.sleep(120)"})
+            stream.send({"type": "cancel", "ref": "early"})
+            done = await stream.done("early", timeout=30)
+        assert done["run"]["status"] == "cancelled"
+
+    asyncio.run(main())
+
+
+def test_closing_the_connection_cancels_its_runs(gateway: GatewayThread) -> None:
+    async def main() -> str:
+        async with connect(gateway.port) as stream:
+            stream.send(
+                {
+                    "type": "run",
+                    "ref": 1,
+                    "code": "import time\nprint('up', flush=True)\ntime.sleep(120)",
+                }
+            )
+            accepted = await stream.until(lambda e: e["type"] == "accepted")
+            await stream.until(lambda e: e["type"] == "output")
+        return str(accepted["id"])
+
+    run_id = asyncio.run(main())
+    client = gateway.client()
+    assert wait_for(
+        lambda: client.request("GET", f"/v1/runs/{run_id}").json()["status"] == "cancelled",
+        timeout=15,
+    ), client.request("GET", f"/v1/runs/{run_id}").json()
+    assert client.request("GET", f"/v1/runs/{run_id}").json()["kill_reason"] == "cancelled"
+
+
+def test_display_updates_and_clear_output(gateway: GatewayThread) -> None:
+    code = (
+        "from IPython.display import display, clear_output\n"
+        "h = display('first', display_id=True)\n"
+        "h.update('second')\n"
+        "print('gone', flush=True)\n"
+        "clear_output()\n"
+        "print('kept')\n"
+    )
+
+    async def main() -> list[dict[str, Any]]:
+        async with connect(gateway.port) as stream:
+            return await stream.run("d", code=code)
+
+    events = [e for e in asyncio.run(main()) if e["type"] == "output"]
+    shown, updated, gone, cleared, kept = events
+    assert shown["output"]["output_type"] == "display_data"
+    assert shown["output"]["data"]["text/plain"] == "'first'"
+    assert shown["display_id"] and "update" not in shown
+    assert updated["display_id"] == shown["display_id"] and updated["update"] is True
+    assert updated["output"]["data"]["text/plain"] == "'second'"
+    assert gone["output"]["text"] == "gone\n"
+    assert cleared["output"] == {"output_type": "clear_output"}
+    assert kept["output"]["text"] == "kept\n"
+
+
+# --- errors keep the connection usable ----------------------------------------------------
+
+
+def test_malformed_messages_get_error_events_and_the_connection_stays_usable(
+    gateway: GatewayThread,
+) -> None:
+    async def main() -> None:
+        async with connect(gateway.port) as stream:
+            bad: list[tuple[Any, str, str | None]] = [
+                ("not json", "invalid_request", None),
+                (b"\x00binary", "invalid_request", None),
+                ([1, 2], "invalid_request", None),
+                ({"type": "nope"}, "invalid_request", "type"),
+                ({"type": "cancel"}, "invalid_request", None),
+                ({"type": "cancel", "id": "run_00000000000000000000"}, "not_found", None),
+                (
+                    {"type": "run", "ref": "L", "code": "1", "language": "cobol"},
+                    "unsupported_language",
+                    None,
+                ),
+                ({"type": "run", "ref": "C", "code": 1}, "invalid_request", "code"),
+                (
+                    {"type": "run", "ref": "T", "code": "1", "timeout": "soon"},
+                    "invalid_request",
+                    "timeout",
+                ),
+                (
+                    {
+                        "type": "run",
+                        "ref": "P",
+                        "code": "1",
+                        "files": [{"path": "../x", "content": ""}],
+                    },
+                    "invalid_path",
+                    None,
+                ),
+                ({"type": "run", "ref": {"a": 1}, "code": "1"}, "invalid_request", "ref"),
+                ({"type": "run", "ref": "U", "code": "1", "bogus": 1}, "invalid_request", "bogus"),
+            ]
+            for message, code, field in bad:
+                stream.send(message)
+                event = await stream.recv(10)
+                assert event is not None and event["type"] == "error", (message, event)
+                assert event["error"]["code"] == code, (message, event)
+                if field is not None:
+                    assert event["error"]["field"] == field, (message, event)
+                if isinstance(message, dict) and isinstance(message.get("ref"), str):
+                    assert event["ref"] == message["ref"]
+                if isinstance(message, dict) and "id" in message:
+                    assert event["id"] == message["id"]
+                assert set(event) <= {"type", "ref", "id", "error", "_t"}
+            events = await stream.run("ok", code="print(6 * 7)")
+        assert events[-1]["run"]["stdout"] == "42\n"
+
+    asyncio.run(main())
+
+
+def test_a_run_over_capacity_gets_an_error_with_retry_after() -> None:
+    server = start_gateway("local", max_runs_per_user=1)
+
+    async def main() -> None:
+        async with connect(server.port) as stream:
+            stream.send({"type": "run", "ref": "long", "code": "import time\ntime.sleep(60)"})
+            accepted = await stream.until(lambda e: e["type"] == "accepted")
+            stream.send({"type": "run", "ref": "more", "code": "1"})
+            error = await stream.until(lambda e: e["type"] == "error")
+            assert error["ref"] == "more" and error["error"]["code"] == "capacity"
+            assert isinstance(error["retry_after"], int) and error["retry_after"] >= 1
+            stream.send({"type": "cancel", "id": accepted["id"]})
+            assert (await stream.done("long"))["run"]["status"] == "cancelled"
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
+
+
+def test_a_message_over_the_size_cap_closes_the_connection() -> None:
+    server = start_gateway("local", max_body_bytes=64 * 1024)
+
+    async def main() -> None:
+        async with connect(server.port) as stream:
+            stream.send({"type": "run", "ref": "big", "code": "#" * 100_000})
+            assert await stream.recv(10) is None
+            assert stream.ws.close_code == 1009
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
+
+
+# --- handshake: token and origin ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
+    tokens.write_text(json.dumps({TOKEN: {"user": "alice", "role": "user"}}))
+    server = start_gateway("local", tokens=tokens, allowed_origins=("https://app.example",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def handshake_status(
+    port: int, query: str = "", headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    try:
+        async with connect(port, query, headers) as stream:
+            stream.send("{")
+            event = await stream.recv(10)
+            assert event is not None and event["error"]["code"] == "invalid_request"
+            return 101, None
+    except tornado.httpclient.HTTPClientError as exc:
+        assert exc.response is not None
+        assert exc.response.headers["Content-Type"].startswith("application/json")
+        return exc.code, json.loads(exc.response.body)
+
+
+def test_token_on_the_handshake(secured: GatewayThread, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+
+    async def main() -> None:
+        port = secured.port
+        assert (await handshake_status(port, f"?token={TOKEN}"))[0] == 101
+        assert (await handshake_status(port, headers={"Authorization": f"Bearer {TOKEN}"}))[
+            0
+        ] == 101
+        status, body = await handshake_status(port)
+        assert status == 401 and body["error"]["code"] == "unauthorized"
+        status, body = await handshake_status(port, "?token=wrong-token-wrong-token")
+        assert status == 401 and body["error"]["code"] == "unauthorized"
+
+    asyncio.run(main())
+    assert TOKEN not in caplog.text and "wrong-token-wrong-token" not in caplog.text
+    assert "token=***" in caplog.text  # the access log shows the request, redacted
+
+
+def test_origin_is_checked_against_the_allow_list(secured: GatewayThread) -> None:
+    async def main() -> None:
+        port = secured.port
+        query = f"?token={TOKEN}"
+        status, body = await handshake_status(port, query, {"Origin": "https://evil.example"})
+        assert status == 403 and body["error"]["code"] == "forbidden"
+        # a bad origin is refused before the token is even looked at
+        status, _ = await handshake_status(port, headers={"Origin": "https://evil.example"})
+        assert status == 403
+        assert (await handshake_status(port, query, {"Origin": "https://app.example"}))[0] == 101
+        same = {"Origin": f"http://127.0.0.1:{port}"}
+        assert (await handshake_status(port, query, same))[0] == 101
+
+    asyncio.run(main())
+
+
+def test_single_user_mode_refuses_cross_origin_and_rebound_hosts(gateway: GatewayThread) -> None:
+    async def main() -> None:
+        port = gateway.port
+        status, _ = await handshake_status(port, headers={"Origin": "http://evil.example"})
+        assert status == 403
+        # DNS rebinding: the browser thinks evil.example:port is the page's own origin
+        rebound = {"Origin": f"http://evil.example:{port}", "Host": f"evil.example:{port}"}
+        assert (await handshake_status(port, headers=rebound))[0] == 403
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            same = {"Origin": f"http://{host}", "Host": host}
+            assert (await handshake_status(port, headers=same))[0] == 101
+
+    asyncio.run(main())
+
+
+# --- a client that does not read ----------------------------------------------------------
+
+
+class RawWebSocket:
+    """A WebSocket client on a plain socket with a small receive buffer, so that not
+    reading really leaves the data at the gateway (a library client may read ahead)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        self.sock.connect(("127.0.0.1", port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            (
+                f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        self.buffer = b""
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self.sock.recv(4096)
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def _frame(self, opcode: int, payload: bytes) -> bytes:
+        mask = os.urandom(4)
+        n = len(payload)
+        header = bytes([0x80 | opcode])
+        if n < 126:
+            header += bytes([0x80 | n])
+        elif n < 65536:
+            header += bytes([0x80 | 126]) + struct.pack(">H", n)
+        else:
+            header += bytes([0x80 | 127]) + struct.pack(">Q", n)
+        return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+    def send(self, message: Any) -> None:
+        self.sock.sendall(self._frame(1, json.dumps(message).encode()))
+
+    def _read(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def recv(self) -> dict[str, Any]:
+        while True:
+            first, second = self._read(2)
+            n = second & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self._read(8))[0]
+            payload = self._read(n)
+            opcode = first & 0x0F
+            if opcode == 9:  # ping
+                self.sock.sendall(self._frame(10, payload))
+            elif opcode == 1:
+                event: dict[str, Any] = json.loads(payload)
+                return event
+            elif opcode == 8:
+                raise ConnectionError("closed by the gateway")
+
+    def close(self) -> None:
+        try:
+            self.sock.sendall(self._frame(8, struct.pack(">H", 1000)))
+        finally:
+            self.sock.close()
+
+
+FLOOD = (
+    "from IPython.display import display, HTML\n"
+    "h = display(HTML('start'), display_id=True)\n"
+    "chunk = 'x' * 200_000\n"
+    "for i in range(2500):\n"
+    "    h.update(HTML(chunk + str(i)))\n"
+    "print('flood done')\n"
+)
+
+
+def test_a_client_that_does_not_read_keeps_gateway_memory_bounded(
+    gateway: GatewayThread,
+) -> None:
+    """~500 MB of display updates to a client that reads nothing until the run is over."""
+    me = psutil.Process()
+    client = RawWebSocket(gateway.port)
+    peak = baseline = me.memory_info().rss
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.wait(0.05):
+            peak = max(peak, me.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        client.send({"type": "run", "ref": "flood", "code": FLOOD, "timeout": 120})
+        # wait (without reading) until the run is over on the gateway
+        time.sleep(1)
+        assert wait_for(gateway.idle, timeout=110)
+        stop.set()
+        sampler.join()
+        growth = peak - baseline
+        events = []
+        while not events or events[-1]["type"] != "done":
+            events.append(client.recv())
+    finally:
+        stop.set()
+        client.close()
+    kinds = [e["type"] for e in events]
+    dropped = sum(e["dropped"] for e in events if e["type"] == "output_dropped")
+    shown = kinds.count("output")
+    print(f"rss growth {growth / 2**20:.0f} MiB; {shown} outputs sent, {dropped} dropped")
+    # Unbounded buffering would hold every update (~200 kB each) until the client reads.
+    assert growth < 150 * 2**20, f"gateway memory grew by {growth / 2**20:.0f} MiB"
+    assert kinds[0] == "accepted" and kinds[-1] == "done"
+    assert dropped > 500, (shown, dropped)
+    record = events[-1]["run"]
+    assert record["status"] == "succeeded" and record["stdout"] == "flood done\n"
+    # the final record has the last state of the display
+    assert record["outputs"][0]["data"]["text/html"].endswith("x2499")
