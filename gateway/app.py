@@ -7,8 +7,18 @@ from typing import Any
 import tornado.web
 
 from gateway.handlers.base import NotFoundHandler, Services
+from gateway.handlers.notebooks import NotebookRunHandler
+from gateway.handlers.openapi import OpenAPIHandler
 from gateway.handlers.ops import HealthHandler, MetricsHandler
+from gateway.handlers.page import PageHandler, StaticHandler
 from gateway.handlers.runs import RunHandler, RunNotebookHandler, RunsHandler
+from gateway.handlers.stream import StreamHandler
+from gateway.handlers.tools import (
+    CodeExecToolHandler,
+    CodeRunToolHandler,
+    RunPythonToolHandler,
+)
+from gateway.handlers.uploads import UploadsHandler
 
 RUN_ID = r"(run_[0-9a-f]{1,64}|[A-Za-z0-9_-]{1,100})"
 
@@ -18,9 +28,18 @@ def routes(services: Services) -> list[Any]:
     return [
         (r"/v1/health", HealthHandler, kw),
         (r"/metrics", MetricsHandler, kw),
+        (r"/openapi.json", OpenAPIHandler, kw),
         (r"/v1/runs", RunsHandler, kw),
         (rf"/v1/runs/{RUN_ID}", RunHandler, kw),
         (rf"/v1/runs/{RUN_ID}/notebook", RunNotebookHandler, kw),
+        (r"/v1/notebooks/run", NotebookRunHandler, kw),
+        (r"/v1/uploads", UploadsHandler, kw),
+        (r"/v1/tools/code_run", CodeRunToolHandler, kw),
+        (r"/v1/tools/run_python", RunPythonToolHandler, kw),
+        (r"/v1/tools/code_exec", CodeExecToolHandler, kw),
+        (r"/v1/stream", StreamHandler, kw),
+        (r"/", PageHandler, kw),
+        (r"/static/(.*)", StaticHandler, kw),
     ]
 
 

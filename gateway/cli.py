@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gateway import runcli
+from gateway import mcp_server, runcli
 from gateway import settings as settings_module
 from gateway.version import __version__
 
@@ -22,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     settings_module.add_arguments(serve)
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     runcli.add_parser(commands)
+    mcp = commands.add_parser(
+        "mcp", help="serve the run_code tool over MCP", conflict_handler="resolve"
+    )
+    settings_module.add_arguments(mcp)  # for the gateway it starts without --url
+    mcp_server.add_arguments(mcp)
     return parser
 
 
@@ -29,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return runcli.main(args)
+    if args.command == "mcp":
+        return mcp_server.main(args)
     if args.command == "serve":
         logging.basicConfig(
             level=getattr(logging, str(args.log_level).upper(), logging.INFO),

@@ -164,8 +164,9 @@ def read_notebook(raw: Any, notes: list[str]) -> dict[str, Any]:
                 f"The nbformat {version} notebook could not be converted to v4: {exc}.",
                 field="notebook",
             ) from exc
-    if (notebook.get("nbformat"), notebook.get("nbformat_minor")) >= (4, 5):
-        _repair_ids(notebook, notes)
+    minor = notebook.get("nbformat_minor")
+    if notebook.get("nbformat") == 4 and _is_int(minor) and minor >= 5:
+        _repair_ids(notebook, notes)  # (a missing minor is left to nbformat's validator)
     _validate(notebook)
     plain: dict[str, Any] = json.loads(json.dumps(notebook))
     return plain

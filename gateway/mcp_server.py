@@ -1,0 +1,447 @@
+"""`gateway mcp`: an MCP server with one tool, `run_code`, over stdio or streamable HTTP.
+
+The tool runs code through `gateway.client` on a gateway: a running one (`--url URL
+[--token T]`), or one started in this process for the life of the MCP server (on
+127.0.0.1, a random port and a random token, its own temporary data folder; on exit its
+runs are cancelled and every sandbox is destroyed). It answers a text with the output,
+status and returned files, plus one image per PNG/JPEG chart.
+
+The MCP SDK is imported only when the server starts: it costs the `gateway serve`
+process nothing (the module has no `from __future__ import annotations`, so that the
+SDK reads the tool's parameter annotations as objects).
+"""
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from gateway.client import GatewayClient, GatewayClientError
+from gateway.settings import Settings
+from gateway.version import __version__
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
+    from mcp_types import ContentBlock
+
+__all__ = [
+    "MCPOptions",
+    "add_arguments",
+    "build_server",
+    "distinct_charts",
+    "format_record",
+    "main",
+    "serve",
+]
+
+log = logging.getLogger("gateway.mcp")
+
+Transport = Literal["stdio", "http"]
+FINAL = frozenset({"succeeded", "failed", "timed_out", "killed", "cancelled"})
+OUTPUT_HEAD, OUTPUT_TAIL = 10_000, 40_000  # characters of output shown (like code_run)
+FILE_CHARS = 20_000  # characters of one returned text file shown
+RESULT_CHARS = 10_000
+IMAGE_MIMES = ("image/png", "image/jpeg")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+TOOL_DESCRIPTION = """\
+Run Python or bash code in a fresh, isolated sandbox and return what it printed.
+
+Every call starts a new Jupyter kernel that is destroyed afterwards: no variable, file or
+installed package survives between calls, so import and compute everything in one call.
+Python has numpy, pandas and matplotlib; a chart shown with plt.show() (or saved with
+savefig) comes back as an image. Put input files in `files`; name files to read back in
+`return_files`. There is normally no network. A failing program is still an answer: the
+text says `failed` and shows the traceback."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MCPOptions:
+    transport: Transport = "stdio"
+    port: int = 8765  # streamable HTTP, on 127.0.0.1
+    url: str | None = None  # a running gateway; None: start one in this process
+    token: str | None = None
+    settings: Settings = dataclasses.field(default_factory=Settings)
+    data_dir: Path | None = None  # in-process gateway: None = a temporary folder
+
+
+# --- the tool ------------------------------------------------------------------------------
+
+
+def build_server(client: GatewayClient) -> "MCPServer[Any]":
+    """An MCP server whose `run_code` tool runs code on the gateway behind `client`."""
+    from mcp.server import MCPServer
+    from mcp_types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import BaseModel, Field
+
+    class File(BaseModel):
+        path: Annotated[str, Field(description="relative path, e.g. data/input.csv")]
+        content: Annotated[str, Field(description="the file's text")]
+
+    async def run_code(
+        code: Annotated[str, Field(description="the Python or bash source to run")],
+        language: Annotated[
+            Literal["python", "bash"], Field(description="python (default) or bash")
+        ] = "python",
+        files: Annotated[
+            list[File] | None, Field(description="text files written before the code runs")
+        ] = None,
+        return_files: Annotated[
+            list[str] | None,
+            Field(description="paths or glob patterns of files to read back after the run"),
+        ] = None,
+        timeout: Annotated[
+            float, Field(description="wall-clock limit in seconds (the gateway clamps it)")
+        ] = 30,
+    ) -> CallToolResult:
+        body: dict[str, Any] = {"code": code, "language": language, "timeout": timeout}
+        if files:
+            body["files"] = [f.model_dump() for f in files]
+        if return_files:
+            body["return_files"] = return_files
+        try:
+            record = await run_on_gateway(client, body)
+        except GatewayClientError as exc:
+            return CallToolResult(content=[TextContent(text=refusal_text(exc))], is_error=True)
+        return CallToolResult(content=format_record(record, timeout))
+
+    server: MCPServer[Any] = MCPServer(
+        "kernel-gateway",
+        version=__version__,
+        instructions="Use run_code to run Python or bash in a fresh sandbox per call.",
+    )
+    server.add_tool(
+        run_code,
+        name="run_code",
+        title="Run code",
+        description=TOOL_DESCRIPTION,
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+        structured_output=False,
+    )
+    return server
+
+
+async def run_on_gateway(client: GatewayClient, body: dict[str, Any]) -> dict[str, Any]:
+    """Start the run in the background and poll for its record, so that a cancelled tool
+    call (the MCP client gave up) cancels the run on the gateway too."""
+    import anyio
+
+    accepted = await anyio.to_thread.run_sync(
+        lambda: client.request("POST", "/v1/runs", {**body, "background": True})
+    )
+    run_id = str(accepted["id"])
+    try:
+        delay = 0.05
+        while True:
+            record = await anyio.to_thread.run_sync(client.get_run, run_id)
+            if record.get("status") in FINAL:
+                return record
+            await anyio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), contextlib.suppress(GatewayClientError):
+            await anyio.to_thread.run_sync(client.cancel, run_id)
+        raise
+
+
+def refusal_text(exc: GatewayClientError) -> str:
+    where = f" (field `{exc.field}`)" if exc.field else ""
+    text = f"The gateway did not run the code: {exc.message}{where} [{exc.status} {exc.code}]"
+    if exc.retry_after is not None:
+        text += f"; try again in {exc.retry_after:g} s"
+    return text + "."
+
+
+# --- the answer ----------------------------------------------------------------------------
+
+
+def format_record(record: dict[str, Any], timeout: float | None = None) -> "list[ContentBlock]":
+    """A run record as MCP content: one text, then one image per PNG/JPEG chart (and per
+    returned PNG/JPEG file that is not already one of the charts)."""
+    from mcp_types import ImageContent, TextContent
+
+    sections = [_status_line(record, timeout)]
+    output = str(record.get("output") or "").rstrip("\n")
+    sections.append("--- output ---\n" + (_cut(output) if output else "(no output)"))
+    error = record.get("error")
+    if error and record.get("status") != "succeeded":
+        traceback = "\n".join(_ANSI.sub("", line) for line in error.get("traceback") or [])
+        summary = f"{error.get('ename', '')}: {error.get('evalue', '')}"
+        sections.append(f"--- error ---\n{summary}\n{traceback}".rstrip())
+    if record.get("result") is not None:
+        result = json.dumps(record["result"], ensure_ascii=False, indent=1)
+        sections.append("--- result ---\n" + _cut(result, RESULT_CHARS, 0))
+    charts = distinct_charts(record.get("charts") or [])
+    images: list[ContentBlock] = []
+    notes = list(record.get("notes") or [])
+    for index, chart in enumerate(charts, start=1):
+        description = _chart_description(chart) or str(chart.get("mime"))
+        sections.append(f"chart {index}: {description}")
+        if chart.get("mime") in IMAGE_MIMES:
+            images.append(ImageContent(data=str(chart["data"]), mime_type=str(chart["mime"])))
+        else:
+            notes.append(f"Chart {index} is an SVG image; it is not shown here.")
+    chart_paths = {_normal(c.get("path")) for c in charts if c.get("path")}
+    for entry in record.get("files") or []:
+        text, image = _file_section(entry, chart_paths)
+        sections.append(text)
+        if image is not None:
+            images.append(image)
+    if notes:
+        sections.append("--- notes ---\n" + "\n".join(f"- {note}" for note in notes))
+    return [TextContent(text="\n\n".join(sections)), *images]
+
+
+def distinct_charts(charts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The charts without repeats: a figure saved with `savefig` and also left open shows
+    up twice in the record, with the same data read back (`spec`); keep the first."""
+    seen: set[str] = set()
+    kept = []
+    for chart in charts:
+        spec = chart.get("spec")
+        key = json.dumps(spec, sort_keys=True) if spec else None
+        if key is not None and key in seen:
+            continue
+        if key is not None:
+            seen.add(key)
+        kept.append(chart)
+    return kept
+
+
+def _status_line(record: dict[str, Any], timeout: float | None) -> str:
+    status = str(record.get("status"))
+    parts = [f"status: {status}"]
+    if record.get("exit_code") is not None:
+        parts.append(f"exit code {record['exit_code']}")
+    reason = record.get("kill_reason")
+    if status == "timed_out":
+        limit = f" of {timeout:g} s" if timeout is not None else ""
+        parts.append(f"stopped at the timeout{limit}; output until then is shown")
+    elif reason and status == "killed":
+        parts.append(f"killed by the {reason} limit")
+    wall = (record.get("usage") or {}).get("wall_ms")
+    if isinstance(wall, int):
+        parts.append(f"{wall / 1000:.1f} s")
+    return "[" + ", ".join(parts) + "]"
+
+
+def _file_section(
+    entry: dict[str, Any], chart_paths: set[str]
+) -> "tuple[str, ContentBlock | None]":
+    from mcp_types import ImageContent
+
+    path, size = entry.get("path"), entry.get("size")
+    if "error" in entry:
+        return f"--- file {path}: not returned ({entry['error']}) ---", None
+    if entry.get("encoding") == "utf-8":
+        return f"--- file {path} ({size} bytes) ---\n" + _cut(
+            str(entry["content"]), FILE_CHARS, 0
+        ), None
+    mime = _image_mime(str(path))
+    if mime is not None and _normal(path) in chart_paths:
+        return f"--- file {path} ({size} bytes): the image of a chart above ---", None
+    if mime is not None:
+        image = ImageContent(data=str(entry["content"]), mime_type=mime)
+        return f"--- file {path} ({size} bytes): an image, attached ---", image
+    return f"--- file {path} ({size} bytes of binary data, not shown) ---", None
+
+
+def _chart_description(chart: dict[str, Any]) -> str:
+    spec = chart.get("spec") or {}
+    if not spec:
+        return ""
+    words = [str(spec.get("type") or "chart")]
+    if spec.get("title"):
+        words.append(f"titled {spec['title']!r}")
+    labels = [
+        f"{axis}: {spec[key]}"
+        for axis, key in (("x", "x_label"), ("y", "y_label"))
+        if spec.get(key)
+    ]
+    if labels:
+        words.append("(" + ", ".join(labels) + ")")
+    words.append(f"with {len(spec.get('series') or [])} series")
+    return " ".join(words)
+
+
+def _image_mime(path: str) -> str | None:
+    lower = path.lower()
+    if lower.endswith(".png"):
+        return "image/png"
+    if lower.endswith((".jpg", ".jpeg")):
+        return "image/jpeg"
+    return None
+
+
+def _normal(path: Any) -> str:
+    return os.path.normpath(str(path)) if path else ""
+
+
+def _cut(text: str, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> str:
+    if len(text) <= head + tail:
+        return text
+    dropped = len(text) - head - tail
+    end = text[len(text) - tail :] if tail else ""
+    return f"{text[:head]}\n[... {dropped} characters not shown ...]\n{end}"
+
+
+# --- backends and transports -----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def gateway_client(options: MCPOptions) -> AsyncIterator[GatewayClient]:
+    """The client for `--url`, or for a gateway started here and stopped on exit."""
+    if options.url is not None:
+        client = GatewayClient(options.url, token=options.token)
+        try:
+            health = await asyncio.to_thread(client.health)
+            log.info("using the gateway at %s (%s backend)", options.url, health.get("backend"))
+        except GatewayClientError as exc:
+            log.warning("the gateway at %s does not answer yet: %s", options.url, exc.message)
+        yield client
+        return
+    from gateway.server import Gateway
+
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gateway-mcp-")))
+        token = secrets.token_urlsafe(32)
+        tokens = folder / "tokens.json"
+        await asyncio.to_thread(_write_tokens, tokens, token)
+        settings = dataclasses.replace(
+            options.settings,
+            host="127.0.0.1",
+            port=0,
+            tokens=tokens,
+            data_dir=options.data_dir or folder / "data",
+            drain_timeout=0.0,  # on exit nobody waits for a result: cancel at once
+        )
+        gateway = Gateway(settings)
+        await gateway.start()
+        try:
+            log.info("started a gateway in this process on 127.0.0.1:%d", gateway.port)
+            yield GatewayClient(f"http://127.0.0.1:{gateway.port}", token=token)
+        finally:
+            await gateway.stop()
+            log.info("the in-process gateway stopped; every sandbox is destroyed")
+
+
+def _write_tokens(path: Path, token: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        json.dump({token: {"user": "mcp", "role": "user"}}, file)
+
+
+async def _serve_http(server: "MCPServer[Any]", port: int) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host="127.0.0.1")
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+    http = uvicorn.Server(config)
+    address = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
+    print(f"gateway mcp: streamable HTTP at {address}", file=sys.stderr, flush=True)
+    try:
+        await http.serve(sockets=[listener])
+    finally:
+        listener.close()
+
+
+async def serve(options: MCPOptions) -> bool:
+    """Serve until the transport ends (stdin closed, HTTP server stopped) or SIGTERM/SIGINT.
+
+    Returns True when a signal ended it."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with gateway_client(options) as client:
+        server = build_server(client)
+        if options.transport == "stdio":
+            serving = asyncio.ensure_future(server.run_stdio_async())
+        else:
+            serving = asyncio.ensure_future(_serve_http(server, options.port))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not serving.done():
+            serving.cancel()
+            # a stdio transport may be stuck reading stdin in a thread: do not wait for it
+            await asyncio.wait({serving}, timeout=2)
+        elif (failure := serving.exception()) is not None:
+            raise failure
+    return stop.is_set()
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `gateway mcp` flags (added after the settings flags; `--port` replaces theirs)."""
+    parser.add_argument(
+        "--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or http"
+    )
+    parser.add_argument(
+        "--port",
+        dest="mcp_port",
+        type=int,
+        default=8765,
+        help="HTTP transport: port on 127.0.0.1 (0: any free one)",
+    )
+    parser.add_argument("--url", default=None, help="use the gateway at this URL")
+    parser.add_argument("--token", default=None, help="bearer token for --url")
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `gateway mcp` with parsed arguments; logs go to stderr, never to stdout."""
+    from gateway import settings as settings_module
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = settings_module.load(args)
+    except (OSError, ValueError) as exc:
+        print(f"gateway mcp: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    options = MCPOptions(
+        transport=args.transport,
+        port=args.mcp_port,
+        url=args.url,
+        token=args.token,
+        settings=settings,
+        data_dir=settings.data_dir if getattr(args, "data_dir", None) else None,
+    )
+    try:
+        signalled = asyncio.run(serve(options))
+    except (RuntimeError, OSError) as exc:
+        print(f"gateway mcp: {exc}", file=sys.stderr)
+        return 1
+    if signalled and options.transport == "stdio":
+        # Everything is cleaned up; only the SDK's thread blocked on reading stdin is left,
+        # and it would hold the interpreter open until stdin closes.
+        sys.stderr.flush()
+        os._exit(0)
+    return 0

@@ -1,0 +1,129 @@
+"""The OpenAPI 3.1 document of the gateway's API, built as a plain dict.
+
+`build_document()` assembles it from one module per endpoint group (each holds that
+group's paths and its own request/answer schemas) plus `common` (the error shape, the run
+record and what several groups share). `tests/test_openapi.py` checks that it is valid
+OpenAPI 3.1, that its paths and methods are exactly the routes of `gateway.app`, that real
+answers validate against it, and fuzzes the real app from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from gateway.openapi import notebooks, ops, page, runs, stream, tools, uploads
+from gateway.openapi.common import ERROR_CODES, Schema, error_response_components, shared_schemas
+from gateway.version import __version__
+
+__all__ = ["ERROR_CODES", "build_document"]
+
+_GROUPS = (ops, runs, notebooks, uploads, tools, stream, page)
+
+_DESCRIPTION = """\
+Every request runs in a **fresh Jupyter kernel** (Python: ipykernel; bash: the gateway's own
+bash kernel) in its own sandbox (a container, or a local process sandbox), which is destroyed
+after the run: nothing carries over between requests.
+
+**Conventions.** JSON in, JSON out, UTF-8. Times are seconds on input (floats allowed) and
+milliseconds on output (`*_ms`); sizes are bytes; timestamps are RFC 3339 (UTC, `Z`).
+
+**Authentication.** `Authorization: Bearer <token>` on every endpoint except `GET /v1/health`,
+`GET /openapi.json` and the browser page (`/` and `/static/...`). Tokens come from the
+operator's token file (each maps to a user and a role, `user` or `admin`) and are compared in
+constant time; a token is accepted in a URL only in the WebSocket handshake
+(`/v1/stream?token=`). With no token file the gateway runs single-user (every request is
+the admin `local`) and listens on loopback only.
+
+**Request bodies.** JSON endpoints read the body as JSON when the Content-Type is
+`application/json`, `text/json`, any `+json` type, missing, or
+`application/x-www-form-urlencoded` (what `curl -d` sends); any other media type is 415
+`unsupported_media_type`. An empty body or invalid JSON is 400 `invalid_request`. Unknown
+fields are 400 `invalid_request` with `field` naming the first one (the seed-compatible tool
+endpoints follow their manuals). A body over the operator's limit (default 48 MiB) is 413.
+
+**Errors** are never HTML and never a stack trace: `{"error": {"code", "message", "field"?}}`
+(schema `Error`; the codes by status are in its `x-error-codes`). A method an address does
+not serve is 405 `method_not_allowed`; an unknown address is 404 `not_found`. User code that
+fails is **not** an HTTP error: it is a 200 run record with `status: "failed"`.
+
+**Runs.** `timeout` is clamped to [1, `max_timeout`] (default max 300 s) and the clamp is
+noted in `notes`. The deadline counts from when the user's code is sent to the kernel;
+starting the sandbox and kernel is bounded separately by `kernel_start_timeout` (default
+60 s), and a kernel that cannot start is 503 `sandbox_unavailable`. At the deadline the
+kernel is interrupted, gets a short grace period, then the sandbox's processes are killed;
+what was produced before is returned with `timed_out: true`. `status`/`kill_reason`: a
+timeout gives `timed_out`/`timeout`; the memory, process-count and output limits give
+`killed` with `memory`, `pids` or `output_limit` (a memory or process limit that struck before
+a timeout reports `killed` with that reason and `timed_out: true`); a kernel that dies of
+anything else gives `failed` with exit code 128+signal and a note. Admission: at most
+`max_concurrent_runs` run at once and `max_queued_runs` wait; past that, or past a user's
+`max_runs_per_user` runs in progress, or while draining, the answer is 429 `capacity` with
+`Retry-After`.
+
+**Output caps.** `stdout`, `stderr` and `output` are each kept up to the operator's cap
+(default 1 MiB): the first and last halves are kept and `[... N bytes truncated ...]` marks
+the cut; the `outputs` list has the same cut. Rich outputs (images, HTML) are kept up to 16
+MiB per run; output far past the caps (64 MiB) kills the run (`output_limit`). WebSocket live
+output stops at the cap; the final record has the kept head and tail.
+"""
+
+
+@functools.cache
+def _document() -> Schema:
+    paths: Schema = {}
+    schemas: Schema = shared_schemas()
+    for group in _GROUPS:
+        for name in group.SCHEMAS:
+            if name in schemas:
+                raise RuntimeError(f"schema {name} is defined twice")
+        schemas.update(group.SCHEMAS)
+        for path in group.PATHS:
+            if path in paths:
+                raise RuntimeError(f"path {path} is defined twice")
+        paths.update(group.PATHS)
+    return {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+        "info": {
+            "title": "Kernel gateway",
+            "version": __version__,
+            "summary": "Run untrusted code, each request in a fresh Jupyter kernel in a sandbox.",
+            "description": _DESCRIPTION,
+            "license": {"name": "BSD-3-Clause", "identifier": "BSD-3-Clause"},
+        },
+        "servers": [{"url": "/", "description": "this gateway"}],
+        "security": [{"bearer": []}],
+        "tags": [
+            {"name": "runs", "description": "Run code, poll, cancel, export as a notebook."},
+            {"name": "notebooks", "description": "Replay a notebook in one fresh kernel."},
+            {"name": "uploads", "description": "Archives to unpack into a run's folder."},
+            {"name": "stream", "description": "Live output over a WebSocket, and its page."},
+            {"name": "tools", "description": "Adapters for existing code-execution tools."},
+            {"name": "operations", "description": "Health, metrics, this document."},
+        ],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a token from the operator's token file",
+                },
+                "queryToken": {
+                    "type": "apiKey",
+                    "in": "query",
+                    "name": "token",
+                    "description": "only for the WebSocket handshake of /v1/stream",
+                },
+            },
+            "schemas": schemas,
+            "responses": error_response_components(),
+        },
+    }
+
+
+def build_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document (a fresh deep copy: callers may change it)."""
+    return copy.deepcopy(_document())
