@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import ipaddress
 import json
+import urllib.parse
 from pathlib import Path
 from typing import Literal
 
@@ -64,3 +66,14 @@ class TokenTable:
             if hmac.compare_digest(candidate, known):
                 found = principal
         return found
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (a name, an address, or a Host header's `host:port`) is loopback."""
+    name = urllib.parse.urlsplit("//" + host).hostname or host
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False

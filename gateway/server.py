@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 import socket
@@ -15,7 +14,7 @@ import zmq
 import zmq.asyncio
 
 from gateway.app import make_app
-from gateway.auth import TokenTable
+from gateway.auth import TokenTable, is_loopback_host
 from gateway.handlers.base import Services
 from gateway.metrics import Metrics
 from gateway.runs.service import RunService
@@ -28,22 +27,13 @@ from gateway.uploads.store import UploadStore
 log = logging.getLogger("gateway")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class Gateway:
     """One running gateway. `await start()`, then `await stop()`; tests do the same."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.tokens = TokenTable.load(settings.tokens)
-        if not self.tokens.enabled and not is_loopback(settings.host):
+        if not self.tokens.enabled and not is_loopback_host(settings.host):
             raise RuntimeError(
                 f"No --tokens file is configured, so the gateway runs single-user and only "
                 f"binds to loopback; refusing to listen on {settings.host}."
@@ -115,6 +105,8 @@ class Gateway:
             self._server.stop()
         if self.services is not None:
             await self.services.runs.drain()
+            for stream in list(self.services.open_streams):
+                stream.close(1001, "The gateway is shutting down.")
         if self.backend is not None:
             await self.backend.shutdown()
         if self._expiry is not None:

@@ -129,7 +129,19 @@ def test_unknown_run_and_unknown_address(small: GatewayThread) -> None:
     error_of(client.request("DELETE", "/v1/runs/run_0123456789abcdef0123"), 404, "not_found")
     error_of(client.request("GET", "/v1/runs/nope/notebook"), 404, "not_found")
     error_of(client.request("GET", "/v2/anything"), 404, "not_found")
-    error_of(client.request("PUT", "/v1/runs", {"code": "1"}), 405, "method_not_allowed")
+    wrong_method = client.request("PUT", "/v1/runs", {"code": "1"})
+    error_of(wrong_method, 405, "method_not_allowed")
+    assert wrong_method.headers["Allow"] == "POST"
+
+
+def test_single_user_mode_answers_only_to_loopback_names(small: GatewayThread) -> None:
+    client = small.client()
+    rebound = client.request("GET", "/v1/health", headers={"Host": f"evil.example:{small.port}"})
+    error_of(rebound, 403, "forbidden")
+    run = client.request("POST", "/v1/runs", {"code": "1"}, headers={"Host": "evil.example"})
+    error_of(run, 403, "forbidden")
+    for host in (f"localhost:{small.port}", f"127.0.0.1:{small.port}", "[::1]"):
+        assert client.request("GET", "/v1/health", headers={"Host": host}).status == 200
 
 
 def test_health_needs_no_token_and_reports_the_backend(small: GatewayThread) -> None:

@@ -167,6 +167,8 @@ class OutputCollector:
         display_id = (content.get("transient") or {}).get("display_id")
         if not display_id:
             return
+        # an update loop is output too: it counts toward the limit that kills a flood
+        self.received_bytes += len(json.dumps(content.get("data", {})))
         for entry in [*self._head, *self._tail]:
             if entry.display_id == display_id:
                 entry.output["data"] = content.get("data", {})

@@ -9,10 +9,12 @@ import logging
 from typing import Any
 
 import tornado.web
+import tornado.websocket
 from tornado.http1connection import HTTP1Connection
 
-from gateway.auth import Principal, TokenTable
+from gateway.auth import Principal, TokenTable, is_loopback_host
 from gateway.errors import (
+    Forbidden,
     GatewayError,
     InvalidRequest,
     PayloadTooLarge,
@@ -47,6 +49,8 @@ class Services:
     backend: SandboxBackend
     metrics: Metrics
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # open WebSocket connections, closed by `Gateway.stop` after the drain
+    open_streams: set[tornado.websocket.WebSocketHandler] = dataclasses.field(default_factory=set)
 
 
 @tornado.web.stream_request_body
@@ -68,6 +72,10 @@ class BaseHandler(tornado.web.RequestHandler):
         return self.body_limit or self.settings_.max_body_bytes
 
     def prepare(self) -> None:
+        if not self.services.tokens.enabled and not is_loopback_host(self.request.host):
+            # single-user mode answers only to loopback names: a DNS-rebound web page
+            # (evil.example -> 127.0.0.1) must not be able to run code as the local user
+            raise Forbidden("Without tokens this gateway answers only on a loopback address.")
         if not self.public:
             self.principal = self.authenticate()
         length = self.request.headers.get("Content-Length")
@@ -140,6 +148,8 @@ class BaseHandler(tornado.web.RequestHandler):
                 self.set_header("WWW-Authenticate", 'Bearer realm="gateway"')
             self.finish(json.dumps(exc.to_json()))
             return
+        if status_code == 405:
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
         code = _HTTP_CODES.get(status_code, "internal")
         if isinstance(exc, tornado.web.HTTPError) and status_code < 500:
             message = exc.log_message or self._reason
@@ -148,6 +158,12 @@ class BaseHandler(tornado.web.RequestHandler):
         else:
             code, message = "internal", "The gateway failed to handle this request; it was logged."
         self.finish(json.dumps({"error": {"code": code, "message": message}}))
+
+    def allowed_methods(self) -> list[str]:
+        """The HTTP methods this handler implements (for 405's Allow header)."""
+        base = tornado.web.RequestHandler
+        names = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+        return [m for m in names if getattr(type(self), m.lower()) is not getattr(base, m.lower())]
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, GatewayError) and value.status < 500:

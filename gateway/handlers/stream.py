@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import ipaddress
 import json
 import logging
 import urllib.parse
@@ -26,7 +25,7 @@ from typing import Any, ClassVar
 import tornado.web
 import tornado.websocket
 
-from gateway.auth import Principal
+from gateway.auth import Principal, is_loopback_host
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
 from gateway.handlers.base import Services
 from gateway.handlers.outbox import Outbox
@@ -68,16 +67,6 @@ def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) 
     if exc.retry_after is not None:
         event["retry_after"] = int(exc.retry_after + 0.999)
     return event
-
-
-def _is_loopback_host(host: str) -> bool:
-    name = urllib.parse.urlsplit("//" + host).hostname or ""
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 class StreamHandler(tornado.websocket.WebSocketHandler):
@@ -159,7 +148,7 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         host = self.request.headers.get("Host", "").lower()
         if urllib.parse.urlsplit(normal).netloc != host:
             return False
-        return self.services.tokens.enabled or _is_loopback_host(host)
+        return self.services.tokens.enabled or is_loopback_host(host)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -187,6 +176,7 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
 
     def open(self, *args: str, **kwargs: str) -> None:
         self._connected = True
+        self.services.open_streams.add(self)
         self.outbox.start()
 
     async def _send(self, data: bytes) -> None:
@@ -198,6 +188,7 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
 
     def on_close(self) -> None:
         self._connected = False
+        self.services.open_streams.discard(self)
         self._keep(asyncio.ensure_future(self._close_runs()))
 
     async def _close_runs(self) -> None:

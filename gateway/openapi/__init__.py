@@ -34,7 +34,9 @@ milliseconds on output (`*_ms`); sizes are bytes; timestamps are RFC 3339 (UTC, 
 operator's token file (each maps to a user and a role, `user` or `admin`) and are compared in
 constant time; a token is accepted in a URL only in the WebSocket handshake
 (`/v1/stream?token=`). With no token file the gateway runs single-user (every request is
-the admin `local`) and listens on loopback only.
+the admin `local`), listens on loopback only, and answers only requests whose `Host` is a
+loopback name (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`); any other `Host` is 403
+`forbidden`, so that a DNS-rebound web page cannot run code as the local user.
 
 **Request bodies.** JSON endpoints read the body as JSON when the Content-Type is
 `application/json`, `text/json`, any `+json` type, missing, or
@@ -45,7 +47,7 @@ endpoints follow their manuals). A body over the operator's limit (default 48 Mi
 
 **Errors** are never HTML and never a stack trace: `{"error": {"code", "message", "field"?}}`
 (schema `Error`; the codes by status are in its `x-error-codes`). A method an address does
-not serve is 405 `method_not_allowed`; an unknown address is 404 `not_found`. User code that
+not serve is 405 `method_not_allowed` with an `Allow` header; an unknown address is 404 `not_found`. User code that
 fails is **not** an HTTP error: it is a 200 run record with `status: "failed"`.
 
 **Runs.** `timeout` is clamped to [1, `max_timeout`] (default max 300 s) and the clamp is
@@ -56,7 +58,7 @@ kernel is interrupted, gets a short grace period, then the sandbox's processes a
 what was produced before is returned with `timed_out: true`. `status`/`kill_reason`: a
 timeout gives `timed_out`/`timeout`; the memory, process-count and output limits give
 `killed` with `memory`, `pids` or `output_limit` (a memory or process limit that struck before
-a timeout reports `killed` with that reason and `timed_out: true`); a kernel that dies of
+a timeout reports `killed` with that reason and `timed_out: true`; when both struck, `pids`); a kernel that dies of
 anything else gives `failed` with exit code 128+signal and a note. Admission: at most
 `max_concurrent_runs` run at once and `max_queued_runs` wait; past that, or past a user's
 `max_runs_per_user` runs in progress, or while draining, the answer is 429 `capacity` with

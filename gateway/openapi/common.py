@@ -76,7 +76,8 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "Forbidden",
         "Refused by the operator's configuration: `forbidden` (e.g. `network: true` when "
         "network is not enabled, `working_dir` when workspaces are not enabled or outside "
-        "what an admin may name) or `archive_mode_disabled` (uploads and `archive` are off).",
+        "what an admin may name, a non-loopback `Host` in single-user mode) or "
+        "`archive_mode_disabled` (uploads and `archive` are off).",
     ),
     404: ("NotFound", "`not_found`: no such run (or not yours), or nothing at this address."),
     413: (

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class Executable(Protocol):
     """What the service needs of an execution (`Execution`, `NotebookExecution`)."""
 
-    cancel: asyncio.Event  # set it to cancel the run; its sandbox is destroyed
+    cancel: asyncio.Event  # set: the run ends, its sandbox is destroyed (the service sets it)
     kernel_start_seconds: float | None
 
     async def run(self) -> RunRecord: ...
@@ -44,6 +44,9 @@ class ActiveRun:
     task: asyncio.Task[RunRecord] | None = None
     execution: Executable | None = None
     error: GatewayError | None = None
+    # Cancels the run whether it still waits for a slot or already runs; the task itself is
+    # never cancelled, so its clean-up and final record always happen.
+    cancel: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
 
 class RunService:
@@ -164,20 +167,22 @@ class RunService:
         record = active.record
         started = time.monotonic()
         try:
-            async with self._slots:
-                self._running += 1
-                try:
-                    execution = make_execution()
-                    active.execution = execution
-                    await self.store.put(record)
-                    await execution.run()
-                    if execution.kernel_start_seconds is not None:
-                        self.metrics.kernel_start_seconds.observe(execution.kernel_start_seconds)
-                finally:
-                    self._running -= 1
-        except asyncio.CancelledError:
-            record.status, record.kill_reason = "cancelled", "cancelled"
-            record.notes.append("The run was cancelled before it started.")
+            if not await self._acquire_slot(active.cancel):
+                record.status, record.kill_reason = "cancelled", "cancelled"
+                record.notes.append("The run was cancelled before it started.")
+                return record
+            self._running += 1
+            try:
+                execution = make_execution()
+                execution.cancel = active.cancel
+                active.execution = execution
+                await self.store.put(record)
+                await execution.run()
+                if execution.kernel_start_seconds is not None:
+                    self.metrics.kernel_start_seconds.observe(execution.kernel_start_seconds)
+            finally:
+                self._running -= 1
+                self._slots.release()
         except SandboxError as exc:
             active.error = exc
             record.status = "failed"
@@ -193,6 +198,26 @@ class RunService:
                 await asyncio.shield(self.store.put(record))
         return record
 
+    async def _acquire_slot(self, cancel: asyncio.Event) -> bool:
+        """Wait for a run slot; False (and no slot held) when cancelled while waiting."""
+        if cancel.is_set():
+            return False
+        acquire = asyncio.ensure_future(self._slots.acquire())
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+            if not acquire.done():
+                acquire.cancel()
+            await asyncio.gather(acquire, cancelled, return_exceptions=True)
+        if acquire.cancelled():
+            return False
+        if cancel.is_set():
+            self._slots.release()
+            return False
+        return True
+
     async def get(self, run_id: str, user: str, admin: bool) -> RunRecord:
         active = self.active.get(run_id)
         record = active.record if active is not None else await self.store.get(run_id)
@@ -205,12 +230,8 @@ class RunService:
         active = self.active.get(run_id)
         if active is None or active.task is None:
             return record  # already final: cancelling is a no-op
-        if active.execution is not None:
-            active.execution.cancel.set()
-        else:
-            active.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(active.task)
+        active.cancel.set()
+        await asyncio.shield(active.task)
         return active.record
 
     async def drain(self) -> None:
@@ -220,9 +241,6 @@ class RunService:
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.settings.drain_timeout)
             for active in list(self.active.values()):
-                if active.execution is not None:
-                    active.execution.cancel.set()
-                elif active.task is not None:
-                    active.task.cancel()
+                active.cancel.set()
             if pending:
                 await asyncio.wait(pending, timeout=30)
