@@ -47,8 +47,9 @@ endpoints follow their manuals). A body over the operator's limit (default 48 Mi
 
 **Errors** are never HTML and never a stack trace: `{"error": {"code", "message", "field"?}}`
 (schema `Error`; the codes by status are in its `x-error-codes`). A method an address does
-not serve is 405 `method_not_allowed` with an `Allow` header; an unknown address is 404 `not_found`. User code that
-fails is **not** an HTTP error: it is a 200 run record with `status: "failed"`.
+not serve is 405 `method_not_allowed` with an `Allow` header; an unknown address is 404
+`not_found`. User code that fails is **not** an HTTP error: it is a 200 run record with
+`status: "failed"`.
 
 **Runs.** `timeout` is clamped to [1, `max_timeout`] (default max 300 s) and the clamp is
 noted in `notes`. The deadline counts from when the user's code is sent to the kernel;
@@ -58,11 +59,11 @@ kernel is interrupted, gets a short grace period, then the sandbox's processes a
 what was produced before is returned with `timed_out: true`. `status`/`kill_reason`: a
 timeout gives `timed_out`/`timeout`; the memory, process-count and output limits give
 `killed` with `memory`, `pids` or `output_limit` (a memory or process limit that struck before
-a timeout reports `killed` with that reason and `timed_out: true`; when both struck, `pids`); a kernel that dies of
-anything else gives `failed` with exit code 128+signal and a note. Admission: at most
-`max_concurrent_runs` run at once and `max_queued_runs` wait; past that, or past a user's
-`max_runs_per_user` runs in progress, or while draining, the answer is 429 `capacity` with
-`Retry-After`.
+a timeout reports `killed` with that reason and `timed_out: true`; when both struck, `pids`);
+a kernel that dies of anything else gives `failed` with exit code 128+signal and a note.
+Admission: at most `max_concurrent_runs` run at once and `max_queued_runs` wait; past that,
+or past a user's `max_runs_per_user` runs in progress, or while draining, the answer is 429
+`capacity` with `Retry-After`.
 
 **Output caps.** `stdout`, `stderr` and `output` are each kept up to the operator's cap
 (default 1 MiB): the first and last halves are kept and `[... N bytes truncated ...]` marks
