@@ -11,7 +11,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # bubblewrap gives the local backend its namespaces; the tests also drive Chromium.
     need=()
     command -v bwrap >/dev/null || need+=(bubblewrap)
-    if [ "$extra" = test ] && [ ! -x /usr/bin/chromium ]; then need+=(chromium); fi
+    if [ "$extra" = test ] && [ ! -x /usr/bin/chromium ]; then need+=(chromium fonts-dejavu-core); fi
     if [ ${#need[@]} -gt 0 ]; then
         echo "setup: installing ${need[*]}" >&2
         apt-get update -qq
