@@ -31,11 +31,12 @@ from gateway.execution.runner import (
     error_of,
     exit_code_of,
     read_result,
+    running,
     settle_status,
 )
 from gateway.execution.session import Cell, KernelSession, limits_from, open_session
 from gateway.execution.textcap import HeadTailText
-from gateway.runs.models import RunRecord, now_rfc3339
+from gateway.runs.models import RunRecord
 from gateway.runs.notebook import store_notebook
 from gateway.runs.notebook_request import NotebookRequest, cell_source, is_code
 from gateway.sandbox.base import SandboxBackend, SandboxSpec
@@ -134,28 +135,18 @@ class NotebookExecution:
 
     async def run(self) -> RunRecord:
         record, request = self.record, self.request
-        record.status = "running"
-        record.started_at = now_rfc3339()
-        record.notes.extend(request.notes)
-        started = time.monotonic()
         spec = SandboxSpec(
-            run_id=record.id,
-            language=request.language,
-            limits=limits_from(self.settings),
-            env={},
-            network=False,
-            workspace=None,
+            run_id=record.id, language=request.language, limits=limits_from(self.settings)
         )
-        try:
-            async with open_session(
+        async with (
+            running(record, request.notes),
+            open_session(
                 self.backend, spec, request.files, self.settings, self.context, self.cancel
-            ) as session:
-                self.kernel_start_seconds = session.start_seconds
-                last = await self._run_cells(session)
-                await self._finish(session, last)
-        finally:
-            record.usage.wall_ms = int((time.monotonic() - started) * 1000)
-            record.finished_at = now_rfc3339()
+            ) as session,
+        ):
+            self.kernel_start_seconds = session.start_seconds
+            last = await self._run_cells(session)
+            await self._finish(session, last)
         return record
 
     async def _run_cells(self, session: KernelSession) -> Cell:

@@ -9,10 +9,12 @@ the sandbox is killed. What was produced before is returned with `timed_out: tru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shlex
 import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import zmq.asyncio
@@ -65,6 +67,21 @@ def _bash_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+@contextlib.asynccontextmanager
+async def running(record: RunRecord, notes: Sequence[str]) -> AsyncIterator[None]:
+    """The record is `running` inside the block; its wall time and finish time are set on
+    the way out, however the block ends."""
+    record.status = "running"
+    record.started_at = now_rfc3339()
+    record.notes.extend(notes)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        record.usage.wall_ms = int((time.monotonic() - started) * 1000)
+        record.finished_at = now_rfc3339()
+
+
 class Execution:
     """One run of a `RunRequest`, filling in its `RunRecord`."""
 
@@ -90,10 +107,6 @@ class Execution:
 
     async def run(self) -> RunRecord:
         record, request = self.record, self.request
-        record.status = "running"
-        record.started_at = now_rfc3339()
-        record.notes.extend(request.notes)
-        started = time.monotonic()
         spec = SandboxSpec(
             run_id=record.id,
             language=request.language,
@@ -103,19 +116,18 @@ class Execution:
             workspace=request.working_dir,
         )
         files = self.extra_files + request.files
-        try:
-            async with open_session(
+        async with (
+            running(record, request.notes),
+            open_session(
                 self.backend, spec, files, self.settings, self.context, self.cancel
-            ) as session:
-                self.kernel_start_seconds = session.start_seconds
-                if self.cancel.is_set():
-                    cell = Cell(source=request.source, ending="cancelled")
-                else:
-                    cell = await self._run_user_code(session)
-                await self._finish(session.sandbox, session, cell)
-        finally:
-            record.usage.wall_ms = int((time.monotonic() - started) * 1000)
-            record.finished_at = now_rfc3339()
+            ) as session,
+        ):
+            self.kernel_start_seconds = session.start_seconds
+            if self.cancel.is_set():
+                cell = Cell(source=request.source, ending="cancelled")
+            else:
+                cell = await self._run_user_code(session)
+            await self._finish(session.sandbox, session, cell)
         return record
 
     async def _run_user_code(self, session: KernelSession) -> Cell:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import math
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +29,7 @@ from gateway.tools import (
     reject_unknown,
     renamed_fields,
     require_object,
+    timeout_in_range,
 )
 
 TOOL = "code_run"
@@ -95,21 +95,10 @@ def parse_code_run(
 
 
 def _timeout(value: Any) -> int:
-    if value is None:
-        return DEFAULT_TIMEOUT
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value != int(value)
-        or not MIN_TIMEOUT <= value <= MAX_TIMEOUT
-    ):
-        raise InvalidRequest(
-            f"`timeout_seconds` must be a whole number of seconds from {MIN_TIMEOUT} to "
-            f"{MAX_TIMEOUT}.",
-            field="arguments.timeout_seconds",
-        )
-    return int(value)
+    field = "arguments.timeout_seconds"
+    return int(
+        timeout_in_range(value, DEFAULT_TIMEOUT, MIN_TIMEOUT, MAX_TIMEOUT, field, whole=True)
+    )
 
 
 def _in_workdir(path: str) -> str:

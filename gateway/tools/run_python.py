@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from typing import Any
 
@@ -32,6 +31,7 @@ from gateway.tools import (
     reject_unknown,
     renamed_fields,
     require_object,
+    timeout_in_range,
 )
 
 KiB = 1024
@@ -175,20 +175,9 @@ def _files(files: Any, envelope: Any) -> list[dict[str, str]]:
 
 
 def _timeout(value: Any) -> float:
-    if value is None:
-        return DEFAULT_TIMEOUT
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not MIN_TIMEOUT <= value <= MAX_TIMEOUT
-    ):
-        raise InvalidRequest(
-            f"`params.timeout_seconds` must be a number of seconds from {MIN_TIMEOUT} to "
-            f"{MAX_TIMEOUT}.",
-            field="params.timeout_seconds",
-        )
-    return float(value)
+    return timeout_in_range(
+        value, DEFAULT_TIMEOUT, MIN_TIMEOUT, MAX_TIMEOUT, "params.timeout_seconds"
+    )
 
 
 # --- the answer ---------------------------------------------------------------------------
