@@ -71,3 +71,14 @@ def test_endless_bash_output_ends_at_the_deadline_with_bounded_output(
     )
     assert record["status"] == "timed_out"
     assert record["stdout_truncated"] and len(record["stdout"]) < CAP + 200
+
+
+def test_a_display_update_loop_counts_toward_the_output_limit(capped: GatewayThread) -> None:
+    code = (
+        "from IPython.display import display, HTML\n"
+        "h = display(HTML('start'), display_id=True)\n"
+        "while True:\n"
+        "    h.update(HTML('x' * 100_000))\n"
+    )
+    record = capped.client().run(code=code, timeout=60)
+    assert record["status"] == "killed" and record["kill_reason"] == "output_limit"
