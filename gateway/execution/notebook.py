@@ -179,7 +179,7 @@ class NotebookExecution:
             if last.ending != "finished":
                 self._note_stop(name, last, limit, more)
                 return last
-            exit_code = exit_code_of(request.language, last.reply)
+            exit_code = exit_code_of(last.reply)
             if exit_code != 0 and EXPECTED_ERROR_TAG not in _tags(cell_json):
                 tally.fail(last, exit_code)
                 if not request.allow_errors:

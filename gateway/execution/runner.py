@@ -23,7 +23,7 @@ from gateway.execution.charts import charts_from_outputs
 from gateway.execution.collector import OutputListener
 from gateway.execution.session import Cell, KernelSession, limits_from, open_session
 from gateway.runs.models import KillReason, RunRecord, RunRequest, StagedFile, now_rfc3339
-from gateway.sandbox.base import ReadLimits, Sandbox, SandboxBackend, SandboxSpec
+from gateway.sandbox.base import Death, ReadLimits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _RESULT_EXPRESSION = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
 
 
-def exit_code_of(language: str, reply: dict[str, Any] | None) -> int | None:
+def exit_code_of(reply: dict[str, Any] | None) -> int | None:
     """The exit code a finished cell's execute_reply stands for."""
     if reply is None:
         return None
@@ -145,7 +145,7 @@ class Execution:
         events, death = await close_sandbox(
             sandbox, self.settings, record, request.return_files, died=cell.ending == "died"
         )
-        apply_cell(record, request.language, cell)
+        apply_cell(record, cell)
         settle_status(record, cell, events, death)
 
 
@@ -207,7 +207,7 @@ def error_of(cell: Cell) -> dict[str, Any] | None:
     return None
 
 
-def apply_cell(record: RunRecord, language: str, cell: Cell) -> None:
+def apply_cell(record: RunRecord, cell: Cell) -> None:
     """Copy a cell's outputs into the record."""
     collector = cell.collector
     if collector is None:
@@ -219,10 +219,12 @@ def apply_cell(record: RunRecord, language: str, cell: Cell) -> None:
     record.charts = charts_from_outputs(record.outputs)
     record.error = error_of(cell)
     record.notes.extend(collector.final_notes())
-    record.exit_code = exit_code_of(language, cell.reply) if cell.ending == "finished" else None
+    record.exit_code = exit_code_of(cell.reply) if cell.ending == "finished" else None
 
 
-def settle_status(record: RunRecord, cell: Cell, events: frozenset[str], death: Any) -> None:
+def settle_status(
+    record: RunRecord, cell: Cell, events: frozenset[str], death: Death | None
+) -> None:
     """The record's status and kill reason, from how the cell ended and what limits struck."""
     # When both struck, a process storm is the likelier cause of the memory pressure.
     limit: KillReason | None = (
