@@ -8,7 +8,7 @@ exit code; 1 when the run ended without one (timeout, limit, cancel) or the gate
 not be reached or failed; 2 for a usage error (a bad flag or file, a request the gateway
 refused as invalid).
 
-Only the standard library is used; every HTTP call goes through `post_json`.
+Every HTTP call goes through `post_json`, which uses the typed client `gateway.client`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from gateway.client import GatewayClient, GatewayClientError
 
 DEFAULT_URL = "http://127.0.0.1:8888"
 SCRIPT_LANGUAGES = {".py": "python", ".sh": "bash", ".bash": "bash"}
@@ -80,38 +80,26 @@ def main(args: argparse.Namespace) -> int:
 def post_json(
     url: str, path: str, body: dict[str, Any], token: str | None, timeout: float
 ) -> dict[str, Any]:
-    """POST a JSON body to the gateway; its JSON answer, or a CommandError."""
-    if not url.startswith(("http://", "https://")):
-        raise CommandError(f"--url must be an http:// or https:// address, not {url!r}", USAGE)
-    request = urllib.request.Request(  # noqa: S310 (the scheme is checked above)
-        url.rstrip("/") + path,
-        data=json.dumps(body).encode("utf-8"),
-        method="POST",
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
-    )
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
+    """POST a JSON body through `gateway.client`; its JSON answer, or a CommandError."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as exc:
-        raise _refusal(exc) from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CommandError(f"cannot reach the gateway at {url}: {reason}", FAILED) from exc
+        client = GatewayClient(url, token=token, timeout=timeout)
     except ValueError as exc:
-        raise CommandError(f"the gateway's answer is not JSON: {exc}", FAILED) from exc
-
-
-def _refusal(exc: urllib.error.HTTPError) -> CommandError:
+        message = f"--url must be an http:// or https:// address, not {url!r}"
+        raise CommandError(message, USAGE) from exc
     try:
-        error = json.loads(exc.read()).get("error", {})
-        message = f"{error.get('code', exc.code)}: {error.get('message', exc.reason)}"
-    except (ValueError, AttributeError, OSError):
-        message = f"HTTP {exc.code} {exc.reason}"
-    status = USAGE if 400 <= exc.code < 500 and exc.code != 429 else FAILED
-    return CommandError(f"the gateway refused the request ({message})", status)
+        answer = client.request("POST", path, body)
+    except GatewayClientError as exc:
+        raise _refusal(exc) from exc
+    if not isinstance(answer, dict):
+        raise CommandError("the gateway's answer is not a JSON object", FAILED)
+    return answer
+
+
+def _refusal(exc: GatewayClientError) -> CommandError:
+    if exc.status == 0:
+        return CommandError(f"cannot reach the gateway: {exc.message}", FAILED)
+    status = USAGE if 400 <= exc.status < 500 and exc.status != 429 else FAILED
+    return CommandError(f"the gateway refused the request ({exc.code}: {exc.message})", status)
 
 
 def _options(args: argparse.Namespace) -> tuple[str, str | None, float]:
