@@ -559,3 +559,32 @@ def test_a_client_that_does_not_read_keeps_gateway_memory_bounded(
     assert record["status"] == "succeeded" and record["stdout"] == "flood done\n"
     # the final record has the last state of the display
     assert record["outputs"][0]["data"]["text/html"].endswith("x279")
+
+
+def test_a_run_over_the_stream_can_use_an_uploaded_archive() -> None:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("pkg/hello.py", "print('hello from the archive')\n")
+    server = GatewayThread(backend="local", allow_uploads=True).start()
+    try:
+        upload = server.client().request(
+            "POST",
+            "/v1/uploads",
+            raw=buffer.getvalue(),
+            headers={"Content-Type": "application/zip"},
+        )
+        assert upload.status == 201, upload.body
+
+        async def main() -> None:
+            async with connect(server.port) as stream:
+                events = await stream.run(
+                    "a", archive=upload.json()["id"], entrypoint="pkg/hello.py"
+                )
+            assert events[-1]["run"]["stdout"] == "hello from the archive\n"
+
+        asyncio.run(main())
+    finally:
+        server.stop()
