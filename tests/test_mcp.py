@@ -155,9 +155,9 @@ def test_stdio_lists_the_tool_and_runs_code_with_charts_and_failures() -> None:
     assert wait_for(lambda: not census(), timeout=30), census()
 
 
-def test_stdio_against_a_running_gateway(gateway: GatewayThread) -> None:
-    if gateway.backend_name != "local":
-        pytest.skip("one backend is enough: the MCP server only talks HTTP to it")
+def test_stdio_against_a_running_gateway() -> None:
+    # one backend is enough: the MCP server only talks HTTP to the gateway
+    gateway = GatewayThread(backend="local").start()
 
     async def scenario() -> None:
         url = f"http://127.0.0.1:{gateway.port}"
@@ -165,7 +165,10 @@ def test_stdio_against_a_running_gateway(gateway: GatewayThread) -> None:
             result = await session.call_tool("run_code", {"code": "result = 6 * 7"})
             assert "--- result ---\n42" in texts(result)
 
-    anyio.run(scenario)
+    try:
+        anyio.run(scenario)
+    finally:
+        gateway.stop()
 
 
 @pytest.fixture
