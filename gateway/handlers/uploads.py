@@ -13,25 +13,9 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.handlers.base import BaseHandler
-from gateway.uploads.archives import archive_error
+from gateway.uploads.archives import LENIENT_TYPES, RAW_TYPES, archive_error
 from gateway.uploads.store import UploadStore
 
-# The format is told by the archive's first bytes; these media types only say "raw bytes".
-RAW_TYPES = frozenset(
-    {
-        "application/zip",
-        "application/x-zip-compressed",
-        "application/gzip",
-        "application/x-gzip",
-        "application/x-tar+gzip",
-        "application/x-compressed-tar",
-        "application/x-tgz",
-        "application/octet-stream",
-        # `curl --data-binary @file` sends this unless told otherwise
-        "application/x-www-form-urlencoded",
-        "",
-    }
-)
 MULTIPART_SLACK = 64 * 1024  # room for the multipart boundaries and part headers
 
 
@@ -83,7 +67,7 @@ class UploadsHandler(BaseHandler):
         media = content_type.split(";")[0].strip().lower()
         if media == "multipart/form-data":
             return self._multipart_file(content_type)
-        if media not in RAW_TYPES:
+        if media not in RAW_TYPES and media not in LENIENT_TYPES:
             raise UnsupportedMediaType(
                 f"Send the archive as the raw body (application/zip, application/gzip or "
                 f"application/octet-stream) or as one multipart/form-data file, not {media}."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.openapi.common import Schema, errors, json_body, ref
+from gateway.uploads.archives import RAW_TYPES
 
 # Each check of an archive has its own code (gateway/uploads/archives.py).
 UPLOAD_ERROR_CODES: dict[int, list[str]] = {
@@ -46,16 +47,6 @@ SCHEMAS: dict[str, Schema] = {
 }
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
-_RAW_TYPES = (
-    "application/zip",
-    "application/x-zip-compressed",
-    "application/gzip",
-    "application/x-gzip",
-    "application/x-tar+gzip",
-    "application/x-compressed-tar",
-    "application/x-tgz",
-    "application/octet-stream",
-)
 
 PATHS: dict[str, Schema] = {
     "/v1/uploads": {
@@ -80,7 +71,7 @@ PATHS: dict[str, Schema] = {
             "requestBody": {
                 "required": True,
                 "content": {
-                    **{media: _BINARY for media in _RAW_TYPES},
+                    **{media: _BINARY for media in RAW_TYPES},
                     "multipart/form-data": {
                         "schema": {
                             "type": "object",

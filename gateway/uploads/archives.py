@@ -34,7 +34,32 @@ from gateway.uploads.limits import ArchiveLimits, Format, Unpacked, archive_erro
 from gateway.uploads.tarread import read_tar_gz
 from gateway.uploads.zipread import read_zip
 
-__all__ = ["ArchiveLimits", "Format", "Unpacked", "archive_error", "detect_format", "read_archive"]
+__all__ = [
+    "LENIENT_TYPES",
+    "RAW_TYPES",
+    "ArchiveLimits",
+    "Format",
+    "Unpacked",
+    "archive_error",
+    "detect_format",
+    "read_archive",
+]
+
+# Media types of a raw upload body: the format is told by the archive's first bytes, so
+# these only say "raw bytes". The OpenAPI document lists them from here.
+RAW_TYPES = (
+    "application/zip",
+    "application/x-zip-compressed",
+    "application/gzip",
+    "application/x-gzip",
+    "application/x-tar+gzip",
+    "application/x-compressed-tar",
+    "application/x-tgz",
+    "application/octet-stream",
+)
+# Also accepted, not advertised: none at all, and what `curl --data-binary @file` sends
+# unless told otherwise.
+LENIENT_TYPES = ("", "application/x-www-form-urlencoded")
 
 
 def detect_format(head: bytes) -> Format:
