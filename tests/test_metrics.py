@@ -1,0 +1,39 @@
+"""GET /metrics: Prometheus text with runs by status and language, run and kernel-start
+duration histograms, pool size and queue length."""
+
+from __future__ import annotations
+
+import re
+
+from tests.support import GatewayThread
+
+
+def sample(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.MULTILINE)
+    assert match, f"{name} not in:\n{text}"
+    return float(match.group(1))
+
+
+def test_metrics_count_runs_and_time_kernel_starts() -> None:
+    server = GatewayThread(backend="local").start()
+    try:
+        client = server.client()
+        client.run(code="print(1)")
+        client.run(code="1/0")
+        client.run(language="bash", code="exit 0")
+        response = client.request("GET", "/metrics")
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.body.decode()
+        assert sample(text, 'gateway_runs_total{status="succeeded",language="python"}') == 1
+        assert sample(text, 'gateway_runs_total{status="failed",language="python"}') == 1
+        assert sample(text, 'gateway_runs_total{status="succeeded",language="bash"}') == 1
+        assert sample(text, "gateway_run_duration_seconds_count") == 3
+        assert sample(text, 'gateway_run_duration_seconds_bucket{le="+Inf"}') == 3
+        assert sample(text, "gateway_kernel_start_duration_seconds_count") == 3
+        assert 0 < sample(text, "gateway_kernel_start_duration_seconds_sum") < 60
+        assert sample(text, "gateway_queue_length") == 0
+        assert sample(text, "gateway_kernels_pooled") == 0
+        assert "# TYPE gateway_run_duration_seconds histogram" in text
+    finally:
+        server.stop()
