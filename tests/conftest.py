@@ -3,6 +3,7 @@ census after every test: no sandbox process, folder, cgroup or container may rem
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -61,6 +62,26 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     """For tests that start a gateway of their own, with special settings."""
     require_backend(request.param)
     return str(request.param)
+
+
+# Loggers whose errors mean a bug: an uncaught exception in a handler, a task, the gateway.
+WATCHED_LOGGERS = ("tornado.application", "asyncio", "gateway")
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_errors(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> Iterator[None]:
+    """Fail a test during which the gateway logged an error (unless marked `logs_errors`)."""
+    yield
+    if request.node.get_closest_marker("logs_errors"):
+        return
+    errors = [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.get_records("call") + caplog.get_records("teardown")
+        if r.levelno >= logging.ERROR and r.name.startswith(WATCHED_LOGGERS)
+    ]
+    assert not errors, f"unexpected errors were logged: {errors}"
 
 
 @pytest.fixture(autouse=True)

@@ -120,7 +120,8 @@ def test_a_planted_link_cannot_redirect_a_workspace(multi: GatewayThread) -> Non
             "files": [{"path": "evil/passwd", "content": "x"}],
         },
     )
-    assert staged.status in (200, 400)
+    assert staged.status == 400 and staged.json()["error"]["code"] == "invalid_path"
+    assert "link" in staged.json()["error"]["message"]
     assert Path("/etc/passwd").read_text().startswith("root:")
 
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import zmq.asyncio
 
-from gateway.errors import CapacityExceeded, GatewayError, NotFound, SandboxError
+from gateway.errors import CapacityExceeded, GatewayError, NotFound
 from gateway.execution.collector import OutputListener
 from gateway.execution.notebook import NotebookExecution
 from gateway.execution.runner import Execution
@@ -149,7 +149,8 @@ class RunService:
         listener: OutputListener | None = None,
         extra_files: tuple[StagedFile, ...] = (),
     ) -> RunRecord:
-        """Run and wait for the final record (raises SandboxError if no kernel could start)."""
+        """Run and wait for the final record. Raises the GatewayError that stopped it before
+        any code ran (no kernel could start, files could not be staged)."""
         return await self._wait(await self.submit(request, listener, extra_files))
 
     async def run_notebook(self, request: NotebookRequest) -> RunRecord:
@@ -183,10 +184,12 @@ class RunService:
             finally:
                 self._running -= 1
                 self._slots.release()
-        except SandboxError as exc:
+        except GatewayError as exc:  # no kernel could start, or the staging was refused
             active.error = exc
             record.status = "failed"
             record.notes.append(exc.message)
+            if exc.status >= 500:
+                log.warning("run %s: %s", record.id, exc.message)
         except Exception:
             log.exception("run %s failed inside the gateway", record.id)
             record.status = "failed"

@@ -48,7 +48,7 @@ from gateway.sandbox.kernelspec import (
     new_key,
     write_connection_file,
 )
-from gateway.sandbox.staging import staged_tar
+from gateway.sandbox.staging import refuse_links, staged_tar
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -232,6 +232,8 @@ class DockerSandbox(Sandbox):
         # files go in right after the container starts, before `start()` returns and so
         # before the kernel can run any code.
         if files:
+            if self.spec.workspace is not None:  # a persistent folder earlier runs controlled
+                await asyncio.to_thread(refuse_links, self.spec.workspace, files)
             self._staged = staged_tar(files, KERNEL_UID, KERNEL_UID)
 
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:

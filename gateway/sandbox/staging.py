@@ -11,6 +11,7 @@ import contextlib
 import errno
 import io
 import os
+import stat
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,41 @@ def _write_one(root: int, staged: StagedFile) -> None:
             raise _refused(staged.path, exc) from exc
         with os.fdopen(out, "wb") as handle:
             handle.write(staged.data)
+    finally:
+        os.close(fd)
+
+
+def refuse_links(workdir: Path, files: Sequence[StagedFile]) -> None:
+    """Raise InvalidPath if a staged file would go through a link (or a file) already in
+    the working folder: the same refusal as `write_staged_files`, without writing anything.
+    For backends that write the files themselves elsewhere (Docker's put_archive)."""
+    root = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for staged in files:
+            _check_one(root, staged)
+    finally:
+        os.close(root)
+
+
+def _check_one(root: int, staged: StagedFile) -> None:
+    *folders, name = staged.path.split("/")
+    fd = os.dup(root)
+    try:
+        for folder in folders:
+            try:
+                next_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                return  # created fresh: nothing below it can be a link
+            except OSError as exc:
+                raise _refused(staged.path, exc) from exc
+            os.close(fd)
+            fd = next_fd
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            raise _refused(staged.path, OSError(errno.ELOOP, "a link"))
     finally:
         os.close(fd)
 
