@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from gateway import mcp_server, runcli
 from gateway import settings as settings_module
+from gateway.startup import configure_logging, load_settings
 from gateway.version import __version__
 
 
@@ -37,14 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "mcp":
         return mcp_server.main(args)
     if args.command == "serve":
-        logging.basicConfig(
-            level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
-        try:
-            settings = settings_module.load(args)
-        except (OSError, ValueError) as exc:
-            print(f"gateway: bad configuration: {exc}", file=sys.stderr)
+        configure_logging(str(args.log_level), logging.INFO)
+        settings = load_settings(args, "gateway")
+        if settings is None:
             return 2
         from gateway.server import serve
 

@@ -414,17 +414,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run `gateway mcp` with parsed arguments; logs go to stderr, never to stdout."""
-    from gateway import settings as settings_module
+    from gateway.startup import configure_logging, load_settings
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        settings = settings_module.load(args)
-    except (OSError, ValueError) as exc:
-        print(f"gateway mcp: bad configuration: {exc}", file=sys.stderr)
+    configure_logging(str(args.log_level), logging.WARNING)
+    settings = load_settings(args, "gateway mcp")
+    if settings is None:
         return 2
     options = MCPOptions(
         transport=args.transport,
