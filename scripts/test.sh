@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh test
 if [ "$(id -u)" = 0 ] && [ "${GATEWAY_SKIP_DOCKER:-0}" != 1 ]; then
     .ci/docker-up.sh
-    docker/build.sh >/dev/null
+    GATEWAY_DOCKER_IMAGE=$(docker/build.sh)  # the tag of this checkout's kernel image
+    export GATEWAY_DOCKER_IMAGE
 fi
 exec .venv/bin/python -m pytest "$@"

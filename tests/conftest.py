@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import Client, GatewayThread, census, wait_for
+from tests.support import DOCKER_IMAGE, Client, GatewayThread, census, wait_for
 
 BACKENDS = ("local", "docker")
 REQUIRE_DOCKER = os.environ.get("GATEWAY_REQUIRE_DOCKER") == "1"
@@ -19,7 +19,7 @@ REQUIRE_DOCKER = os.environ.get("GATEWAY_REQUIRE_DOCKER") == "1"
 def docker_status() -> tuple[bool, str]:
     from gateway.sandbox.select import probe_docker_sync
 
-    return probe_docker_sync(os.environ.get("GATEWAY_DOCKER_IMAGE", "gateway-kernel:latest"))
+    return probe_docker_sync(DOCKER_IMAGE)
 
 
 def require_backend(name: str) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import http.client
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -23,6 +24,9 @@ from gateway import settings as settings_module
 from gateway.server import Gateway
 
 REPO = Path(__file__).resolve().parent.parent
+# The kernel image the tests use: scripts/test.sh sets it to the tag docker/build.sh built,
+# so that the tests never run against a stale `latest` of another checkout.
+DOCKER_IMAGE = os.environ.get("GATEWAY_DOCKER_IMAGE", "gateway-kernel:latest")
 
 # Instance ids of the gateways this test process started: the leak census looks only at
 # their sandboxes, so that test runs of other checkouts on the same machine do not count.
@@ -93,6 +97,7 @@ class GatewayThread:
         overrides.setdefault("host", "127.0.0.1")
         overrides.setdefault("kernel_start_timeout", 60.0)
         overrides.setdefault("instance_id", new_instance_id())
+        overrides.setdefault("docker_image", DOCKER_IMAGE)
         INSTANCES.add(overrides["instance_id"])
         try:
             self.settings = settings_module.load(environ={}, overrides=overrides)
