@@ -26,6 +26,13 @@ from gateway.uploads.store import UploadStore
 
 log = logging.getLogger("gateway")
 
+KERNEL_RCVHWM = 64  # messages a gateway socket queues from one kernel
+
+
+def max_kernel_message(settings: Settings) -> int:
+    """The largest message a kernel may send: one rich output, plus room for its envelope."""
+    return settings.display_cap_bytes + settings.stream_cap_bytes + 1024 * 1024
+
 
 class Gateway:
     """One running gateway. `await start()`, then `await stop()`; tests do the same."""
@@ -75,8 +82,12 @@ class Gateway:
         if failed:
             log.warning("marked %d runs left unfinished by the previous gateway as failed", failed)
         self.context = zmq.asyncio.Context()
-        # Bound what a flooding kernel can queue inside the gateway (64 KiB messages).
-        self.context.setsockopt(zmq.RCVHWM, 256)
+        # A kernel's messages are hostile input (issue 8, hole 6): each is at most
+        # MAXMSGSIZE (a larger one drops the connection, which ZMQ then re-opens), and at
+        # most RCVHWM of them wait per socket; past that ZMQ stops reading and the backlog
+        # stays in the kernel's own send queue, inside its sandbox.
+        self.context.setsockopt(zmq.MAXMSGSIZE, max_kernel_message(settings))
+        self.context.setsockopt(zmq.RCVHWM, KERNEL_RCVHWM)
         self.context.setsockopt(zmq.LINGER, 0)
         metrics = Metrics()
         runs = RunService(settings, backend, self.store, self.context, metrics)

@@ -22,6 +22,11 @@ GiB = 1024 * MiB
 
 Backend = Literal["auto", "docker", "local"]
 
+# Kernels run as this uid and gid by default: inside the range systemd reserves for
+# containers (524288-1879048191), far from login accounts (1000-60000) and subordinate id
+# ranges, so that files a kernel leaves in a workspace belong to no one on the host.
+SANDBOX_ID = 1_000_000_000
+
 
 def _field(default: Any, help: str, **kw: Any) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, **kw})
@@ -37,6 +42,9 @@ class Settings:
     tokens: Path | None = _field(None, 'JSON file {"<token>": {"user": ..., "role": ...}}')
     allow_uploads: bool = _field(False, "enable POST /v1/uploads and the archive field")
     allow_network: bool = _field(False, "let runs ask for outbound network (network: true)")
+    allow_local_multi_user: bool = _field(
+        False, "serve several users (--tokens) with the local backend, which isolates less"
+    )
     admin_dirs: tuple[str, ...] = _field((), "folders an admin may name as working_dir")
     allowed_origins: tuple[str, ...] = _field((), "origins allowed on the WebSocket")
 
@@ -78,6 +86,13 @@ class Settings:
     tmp_bytes: int = _field(256 * MiB, "size of the sandbox's /tmp")
 
     docker_image: str = _field("gateway-kernel:latest", "kernel image for the docker backend")
+    docker_call_timeout: float = _field(
+        30.0, "longest one Docker engine call may take before the run fails, seconds"
+    )
+    sandbox_uid: int = _field(
+        SANDBOX_ID, "uid kernels run as: keep it outside the host's account range"
+    )
+    sandbox_gid: int = _field(SANDBOX_ID, "gid kernels run as")
     instance_id: str | None = _field(None, "gateway instance id (default: kept in data_dir)")
 
     @property

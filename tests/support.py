@@ -98,6 +98,8 @@ class GatewayThread:
         overrides.setdefault("kernel_start_timeout", 60.0)
         overrides.setdefault("instance_id", new_instance_id())
         overrides.setdefault("docker_image", DOCKER_IMAGE)
+        # tests of several users on the local backend acknowledge its weaker isolation
+        overrides.setdefault("allow_local_multi_user", overrides.get("backend") == "local")
         INSTANCES.add(overrides["instance_id"])
         try:
             self.settings = settings_module.load(environ={}, overrides=overrides)

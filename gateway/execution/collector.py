@@ -51,6 +51,8 @@ class OutputCollector:
         self.output = HeadTailText(caps.stream_bytes)
         self.error: dict[str, Any] | None = None
         self.notes: list[str] = []
+        # everything the kernel sent during this cell, set by the session from the raw
+        # messages (any channel, any parent): what the output limit is checked against
         self.received_bytes = 0
         self._head: list[_Entry] = []
         self._head_bytes = 0
@@ -100,7 +102,6 @@ class OutputCollector:
         if name not in ("stdout", "stderr") or not text:
             return
         size = len(text.encode("utf-8", "surrogatepass"))
-        self.received_bytes += size
         (self.stdout if name == "stdout" else self.stderr).add(text)
         self.output.add(text)
         if self.output.total <= self.caps.stream_bytes:  # live events stop at the cap
@@ -155,7 +156,6 @@ class OutputCollector:
 
     def _add_rich(self, entry: _Entry) -> None:
         size = len(json.dumps(entry.output))
-        self.received_bytes += size
         if self._display_bytes + size > self.caps.display_bytes:
             self._dropped_displays += 1
             return
@@ -167,8 +167,6 @@ class OutputCollector:
         display_id = (content.get("transient") or {}).get("display_id")
         if not display_id:
             return
-        # an update loop is output too: it counts toward the limit that kills a flood
-        self.received_bytes += len(json.dumps(content.get("data", {})))
         for entry in [*self._head, *self._tail]:
             if entry.display_id == display_id:
                 entry.output["data"] = content.get("data", {})

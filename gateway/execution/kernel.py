@@ -1,17 +1,24 @@
 """Talk to one kernel: connect over its ipc sockets, wait until ready, run requests.
 
-jupyter_client supplies the messaging (`AsyncKernelClient`); its `KernelManager` is not
-used (DESIGN.md decision 2). Readiness is a `kernel_info_reply` plus one iopub message, so
-that no output of the first request is lost to ZMQ's slow-joiner effect.
+jupyter_client supplies the messaging (`AsyncKernelClient`: sockets, signing, message
+shapes); its `KernelManager` is not used (DESIGN.md decision 2). Readiness is a
+`kernel_info_reply` plus one iopub message, so that no output of the first request is lost
+to ZMQ's slow-joiner effect.
+
+A kernel runs untrusted code, so what it sends is hostile input (issue 8, hole 6): every
+byte received on any channel counts in `received_bytes`, whatever message it belongs to
+(the run's output limit is checked against it), messages are bounded in size by the
+context's `MAXMSGSIZE` (see `gateway.server`), and a message that does not parse or is not
+signed with the kernel's key is dropped (counted) instead of failing the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
+import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import zmq
@@ -21,9 +28,7 @@ from jupyter_client.connect import KernelConnectionInfo
 
 from gateway.errors import SandboxError
 
-
-class KernelDied(Exception):
-    """The kernel process went away while we waited for it."""
+log = logging.getLogger(__name__)
 
 
 class KernelClient:
@@ -31,19 +36,18 @@ class KernelClient:
 
     def __init__(self, client: AsyncKernelClient) -> None:
         self._client = client
+        self.received_bytes = 0  # everything the kernel sent, on every channel
 
     @property
     def session_id(self) -> str:
         return str(self._client.session.session)
 
-    async def wait_ready(self, timeout: float, alive: Callable[[], bool]) -> None:
+    async def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         got_reply = got_iopub = False
         while not (got_reply and got_iopub):
             if time.monotonic() > deadline:
                 raise SandboxError(f"The kernel did not become ready within {timeout:g} s.")
-            if not alive():
-                raise KernelDied("The kernel exited while starting.")
             if not got_reply:
                 self._client.kernel_info()
             with contextlib.suppress(TimeoutError):
@@ -76,19 +80,29 @@ class KernelClient:
 
     async def iopub(self, timeout: float) -> dict[str, Any]:
         """The next iopub message; raises TimeoutError."""
-        try:
-            msg: dict[str, Any] = await self._client.get_iopub_msg(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError from None
-        return msg
+        return await self._receive(self._client.iopub_channel.socket, timeout)
 
     async def shell(self, timeout: float) -> dict[str, Any]:
         """The next shell reply; raises TimeoutError."""
-        try:
-            msg: dict[str, Any] = await self._client.get_shell_msg(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError from None
-        return msg
+        return await self._receive(self._client.shell_channel.socket, timeout)
+
+    async def _receive(self, socket: zmq.asyncio.Socket, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not await socket.poll(int(remaining * 1000) + 1):
+                raise TimeoutError
+            frames = await socket.recv_multipart()
+            self.received_bytes += sum(len(frame) for frame in frames)
+            session = self._client.session
+            try:
+                _, signed = session.feed_identities(frames)
+                msg: dict[str, Any] = session.deserialize(signed)
+            except Exception as exc:  # a kernel's malformed or unsigned message: dropped
+                log.debug("dropped a malformed kernel message: %r", exc)
+                continue
+            if isinstance(msg.get("content"), dict) and isinstance(msg.get("parent_header"), dict):
+                return msg
 
     def interrupt(self) -> None:
         msg = self._client.session.msg("interrupt_request", {})

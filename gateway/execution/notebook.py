@@ -34,7 +34,13 @@ from gateway.execution.runner import (
     running,
     settle_status,
 )
-from gateway.execution.session import Cell, KernelSession, limits_from, open_session
+from gateway.execution.session import (
+    Cell,
+    KernelSession,
+    StartCancelled,
+    limits_from,
+    open_session,
+)
 from gateway.execution.textcap import HeadTailText
 from gateway.runs.models import RunRecord
 from gateway.runs.notebook import store_notebook
@@ -138,15 +144,16 @@ class NotebookExecution:
         spec = SandboxSpec(
             run_id=record.id, language=request.language, limits=limits_from(self.settings)
         )
-        async with (
-            running(record, request.notes),
-            open_session(
-                self.backend, spec, request.files, self.settings, self.context, self.cancel
-            ) as session,
-        ):
-            self.kernel_start_seconds = session.start_seconds
-            last = await self._run_cells(session)
-            await self._finish(session, last)
+        async with running(record, request.notes):
+            try:
+                async with open_session(
+                    self.backend, spec, request.files, self.settings, self.context, self.cancel
+                ) as session:
+                    self.kernel_start_seconds = session.start_seconds
+                    last = await self._run_cells(session)
+                    await self._finish(session, last)
+            except StartCancelled:
+                settle_status(record, Cell(source="", ending="cancelled"), frozenset(), None)
         return record
 
     async def _run_cells(self, session: KernelSession) -> Cell:

@@ -21,7 +21,13 @@ import zmq.asyncio
 
 from gateway.execution.charts import charts_from_outputs
 from gateway.execution.collector import OutputListener
-from gateway.execution.session import Cell, KernelSession, limits_from, open_session
+from gateway.execution.session import (
+    Cell,
+    KernelSession,
+    StartCancelled,
+    limits_from,
+    open_session,
+)
 from gateway.runs.models import KillReason, RunRecord, RunRequest, StagedFile, now_rfc3339
 from gateway.sandbox.base import Death, ReadLimits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
@@ -116,18 +122,21 @@ class Execution:
             workspace=request.working_dir,
         )
         files = self.extra_files + request.files
-        async with (
-            running(record, request.notes),
-            open_session(
-                self.backend, spec, files, self.settings, self.context, self.cancel
-            ) as session,
-        ):
-            self.kernel_start_seconds = session.start_seconds
-            if self.cancel.is_set():
-                cell = Cell(source=request.source, ending="cancelled")
-            else:
-                cell = await self._run_user_code(session)
-            await self._finish(session.sandbox, session, cell)
+        async with running(record, request.notes):
+            try:
+                async with open_session(
+                    self.backend, spec, files, self.settings, self.context, self.cancel
+                ) as session:
+                    self.kernel_start_seconds = session.start_seconds
+                    if self.cancel.is_set():
+                        cell = Cell(source=request.source, ending="cancelled")
+                    else:
+                        cell = await self._run_user_code(session)
+                    await self._finish(session.sandbox, session, cell)
+            except StartCancelled:
+                settle_status(
+                    record, Cell(source=request.source, ending="cancelled"), frozenset(), None
+                )
         return record
 
     async def _run_user_code(self, session: KernelSession) -> Cell:

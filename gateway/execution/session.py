@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any, Literal
 
 import zmq.asyncio
 
 from gateway.errors import SandboxError
 from gateway.execution.collector import Caps, OutputCollector, OutputListener
-from gateway.execution.kernel import KernelClient, KernelDied, connect
+from gateway.execution.kernel import KernelClient, connect
 from gateway.runs.models import StagedFile
 from gateway.sandbox.base import Limits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
@@ -89,7 +90,9 @@ class KernelSession:
         started = time.monotonic()
         msg_id = self.client.execute(source)
         limit_hit = asyncio.Event()
-        pump = asyncio.create_task(self._pump(msg_id, cell.collector, limit_hit))
+        pump = asyncio.create_task(
+            self._pump(msg_id, cell.collector, limit_hit, self.client.received_bytes)
+        )
         reply = asyncio.create_task(self._reply(msg_id))
         waiters: dict[str, asyncio.Future[Any]] = {
             "pump": pump,
@@ -141,19 +144,25 @@ class KernelSession:
         await asyncio.wait([pump], timeout=self.settings.interrupt_grace)
 
     async def _pump(
-        self, msg_id: str, collector: OutputCollector, limit_hit: asyncio.Event
+        self, msg_id: str, collector: OutputCollector, limit_hit: asyncio.Event, baseline: int
     ) -> None:
+        """Collect the cell's iopub messages until `idle`. Every byte the kernel sends
+        (on any channel, for any parent) counts against the cell's output limit."""
         while True:
             msg = await self.client.iopub(timeout=3600)
+            collector.received_bytes = self.client.received_bytes - baseline
+            if collector.limit_exceeded:
+                limit_hit.set()
+                return
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind = msg["header"]["msg_type"]
             if kind == "status" and msg["content"].get("execution_state") == "idle":
                 return
-            collector.add(msg)
-            if collector.limit_exceeded:
-                limit_hit.set()
-                return
+            try:
+                collector.add(msg)
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                log.debug("dropped a kernel message of an unexpected shape: %r", exc)
 
     async def _reply(self, msg_id: str) -> dict[str, Any]:
         while True:
@@ -172,6 +181,9 @@ class KernelSession:
             return None
 
 
+log = logging.getLogger(__name__)
+
+
 @contextlib.asynccontextmanager
 async def open_session(
     backend: SandboxBackend,
@@ -183,27 +195,46 @@ async def open_session(
 ) -> AsyncIterator[KernelSession]:
     """A ready kernel in a fresh sandbox; everything is destroyed when the block exits.
 
-    On cancel during start-up it yields at once (check `cancel.is_set()`); a kernel that
-    cannot start raises `SandboxError`.
+    On cancel while the sandbox starts it raises `StartCancelled` (everything already
+    destroyed); on cancel while the kernel gets ready it yields at once (check
+    `cancel.is_set()`); a kernel that cannot start raises `SandboxError`.
     """
     started = time.monotonic()
     async with backend.sandbox(spec) as sandbox:
         await sandbox.stage_files(files)
-        info = await sandbox.start()
+        info = await _unless_cancelled(sandbox.start(), cancel)
         async with connect(info, context) as client:
             session = KernelSession(sandbox, client, settings, cancel)
-            try:
-                await _until_ready(session, settings.kernel_start_timeout)
-            except KernelDied as exc:
-                raise SandboxError(f"The kernel could not start: {exc}") from exc
+            await _until_ready(session, settings.kernel_start_timeout)
             session.start_seconds = time.monotonic() - started
             yield session
+
+
+class StartCancelled(Exception):
+    """The run was cancelled while its sandbox and kernel were starting."""
+
+
+async def _unless_cancelled(
+    start: Coroutine[Any, Any, dict[str, Any]], cancel: asyncio.Event
+) -> dict[str, Any]:
+    """The sandbox's connection info; StartCancelled when `cancel` is set first."""
+    task = asyncio.ensure_future(start)
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait([task, cancelled], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise StartCancelled
+    finally:
+        for future in (task, cancelled):
+            future.cancel()
+        await asyncio.gather(task, cancelled, return_exceptions=True)
 
 
 async def _until_ready(session: KernelSession, timeout: float) -> None:
     """Wait for kernel start-up, giving up early on cancel or on the kernel's exit."""
     sandbox = session.sandbox
-    task = asyncio.ensure_future(session.client.wait_ready(timeout, lambda: True))
+    task = asyncio.ensure_future(session.client.wait_ready(timeout))
     cancel = asyncio.ensure_future(session.cancel.wait())
     exited = asyncio.ensure_future(sandbox.wait_exit())
     try:

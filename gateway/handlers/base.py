@@ -166,7 +166,9 @@ class BaseHandler(tornado.web.RequestHandler):
         return [m for m in names if getattr(type(self), m.lower()) is not getattr(base, m.lower())]
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        if isinstance(value, GatewayError) and value.status < 500:
+        if isinstance(value, GatewayError):  # reported on purpose: no traceback
+            if value.status >= 500:
+                log.warning("%s %s: %s", self.request.method, self.request.path, value.message)
             return
         super().log_exception(typ, value, tb)
 

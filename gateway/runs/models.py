@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import secrets
-from pathlib import Path
 from typing import Any, Literal
+
+from gateway.sandbox.workspace import WorkspaceRef
 
 Language = Literal["python", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "bash")
@@ -49,7 +50,7 @@ class RunRequest:
     return_files: tuple[str, ...] = ()
     background: bool = False
     network: bool = False
-    working_dir: Path | None = None
+    working_dir: WorkspaceRef | None = None
     user: str = "anonymous"
     notes: tuple[str, ...] = ()
     memory_bytes: int | None = None  # a lower memory limit than the operator's, if any

@@ -23,6 +23,7 @@ from gateway.errors import (
     UnsupportedLanguage,
 )
 from gateway.runs.models import LANGUAGES, Language, RunRequest, StagedFile
+from gateway.sandbox.workspace import WorkspaceRef, split_below, user_folder
 from gateway.settings import Settings
 
 RUN_FIELDS = frozenset(
@@ -206,8 +207,10 @@ def parse_vars(value: Any, language: Language) -> dict[str, Any]:
 
 def resolve_working_dir(
     value: Any, settings: Settings, user: str, role: str, notes: list[str]
-) -> Path | None:
-    """The caller's persistent workspace folder for `working_dir`, created if missing."""
+) -> WorkspaceRef | None:
+    """The persistent workspace `working_dir` names, checked lexically: nothing on disk is
+    touched here (the folder is opened when the run's sandbox is created, see
+    `gateway.sandbox.workspace`)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or "\x00" in value:
@@ -217,31 +220,21 @@ def resolve_working_dir(
             "Persistent workspaces are not enabled on this gateway (--workspaces).",
             field="working_dir",
         )
-    root = (settings.workspaces / _safe_user_dir(user)).resolve()
-    requested = Path(value)
-    if role == "admin" and requested.is_absolute():
-        allowed = [Path(d).resolve() for d in settings.admin_dirs] + [settings.workspaces.resolve()]
-        target = requested.resolve()
-        if not any(target == a or a in target.parents for a in allowed):
-            raise Forbidden(
-                f"{value} is not among the folders an admin may use.", field="working_dir"
-            )
-    elif requested.is_absolute():
-        target = requested.resolve()
-        if not (target == root or root in target.parents):
-            notes.append(f"working_dir {value} is outside your workspace; {root} was used.")
-            target = root
-    else:
-        target = (root / requested).resolve()
-        if not (target == root or root in target.parents):
-            raise InvalidPath("`working_dir` must stay inside your workspace.", field="working_dir")
-    target.mkdir(parents=True, exist_ok=True)
-    return target
-
-
-def _safe_user_dir(user: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", user).lstrip(".") or "_"
-    return cleaned
+    root = settings.workspaces
+    mine = user_folder(user)
+    if role == "admin" and value.startswith("/"):
+        for allowed in [*(Path(d) for d in settings.admin_dirs), root]:
+            parts = split_below(allowed, value)
+            if parts is not None:
+                return WorkspaceRef(allowed, parts)
+        raise Forbidden(f"{value} is not among the folders an admin may use.", field="working_dir")
+    parts = split_below(root / mine, value)
+    if parts is None and value.startswith("/"):
+        notes.append(f"working_dir {value} is outside your workspace; {root / mine} was used.")
+        parts = ()
+    elif parts is None:
+        raise InvalidPath("`working_dir` must stay inside your workspace.", field="working_dir")
+    return WorkspaceRef(root, (mine, *parts))
 
 
 def parse_run_request(

@@ -3,21 +3,26 @@
 A `SandboxBackend` lives as long as the gateway; it makes one `Sandbox` per run. A sandbox
 holds exactly one kernel and is destroyed after that kernel's one run (or one notebook).
 
-Who calls what, in order (all from `gateway.execution.runner`):
+Who calls what, in order (all from `gateway.execution`):
 
     async with backend.sandbox(spec) as sandbox:   # create; destroy() always runs on exit
         await sandbox.stage_files(files)           # before start: the kernel sees them at once
-        info = await sandbox.start()               # kernel process/container up, sockets bound
-        ... the kernel client talks to `info` ...
-        files = await sandbox.read_files(patterns) # after the run (also after a timeout)
+        info = await sandbox.start()               # kernel up, its sockets bound and taken
+        ... the kernel client talks to `info` ...  #   from it (see sockets.py)
+        await sandbox.wait_exit()                  # any number of waiters, one watch
+        files = await sandbox.read_files(patterns) # after the run (also after a timeout);
+                                                   #   freezes or ends the sandbox first
         usage = await sandbox.usage()              # before kill(): the cgroup goes with it
         hits = await sandbox.limit_events()        # memory / pids limits that struck
         death = await sandbox.death()              # how the kernel died, if it did
         await sandbox.kill()                       # every process of the sandbox ends
 
+Files go in and out on the gateway's side, through descriptors (`staging.py`,
+`readback.py`): nothing but the kernel ever runs inside a sandbox. A kernel's exit is
+watched once per sandbox, without holding a thread for the kernel's lifetime.
 `kill()` and `destroy()` are idempotent and must never raise for a sandbox that is already
-gone. Nothing a sandbox creates (process, container, socket file, temp folder, volume) may
-outlive `destroy()`.
+gone. Nothing a sandbox creates (process, container, socket file, temp folder, volume,
+mount) may outlive `destroy()`.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ import abc
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from gateway.runs.models import Language, StagedFile, Usage
+from gateway.sandbox.workspace import WorkspaceRef
 
 LimitEvent = Literal["memory", "pids"]
 
@@ -67,7 +72,7 @@ class SandboxSpec:
     limits: Limits
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     network: bool = False
-    workspace: Path | None = None  # a host folder mounted read-write as the working folder
+    workspace: WorkspaceRef | None = None  # a persistent folder used as the working folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +93,8 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def start(self) -> dict[str, Any]:
-        """Start the kernel; return connection info a jupyter_client can load (ipc transport)."""
+        """Start the kernel; return connection info a jupyter_client can load (ipc transport)
+        once the kernel has bound its sockets and the socket folder is no longer its."""
 
     @abc.abstractmethod
     async def wait_exit(self) -> None:
@@ -100,7 +106,8 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
-        """Read `return_files` back, never following a link out of the working folder."""
+        """Read `return_files` back, never following a link out of the working folder.
+        The sandbox is frozen or killed first: nothing changes the folder meanwhile."""
 
     @abc.abstractmethod
     async def usage(self) -> Usage:
@@ -133,11 +140,6 @@ class SandboxBackend(abc.ABC):
 
     async def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Called once when the gateway stops, after every sandbox was destroyed."""
-
-    @property
-    def workdir(self) -> str | None:
-        """The working folder as the kernel sees it, when it is the same for every sandbox."""
-        return None
 
     @contextlib.asynccontextmanager
     async def sandbox(self, spec: SandboxSpec) -> AsyncIterator[Sandbox]:

@@ -61,11 +61,15 @@ class Cgroup:
             return None
         dirs: dict[str, Path] = {}
         group = cls(dirs, v2=False)
+        made: dict[Path, Path] = {}  # hierarchy -> our folder in it
         try:
             for controller in wanted:
-                path = ROOT / controller / name
-                path.mkdir()
-                dirs[controller] = path
+                # co-mounted controllers (cpu,cpuacct) are one hierarchy behind two names
+                hierarchy = (ROOT / controller).resolve()
+                if hierarchy not in made:
+                    made[hierarchy] = hierarchy / name
+                    made[hierarchy].mkdir()
+                dirs[controller] = made[hierarchy]
             _write(dirs["memory"] / "memory.limit_in_bytes", str(memory))
             with contextlib.suppress(OSError):  # no swap accounting on some kernels
                 _write(dirs["memory"] / "memory.memsw.limit_in_bytes", str(memory))
@@ -128,8 +132,8 @@ class Cgroup:
 
     @property
     def proc_files(self) -> list[Path]:
-        """Files a process writes its pid into to join this group."""
-        return [d / "cgroup.procs" for d in self.dirs.values()]
+        """Files a process writes its pid into to join this group (one per hierarchy)."""
+        return [d / "cgroup.procs" for d in dict.fromkeys(self.dirs.values())]
 
     def pids(self) -> set[int]:
         found: set[int] = set()
@@ -178,7 +182,7 @@ class Cgroup:
             time.sleep(0.01)
 
     def remove(self) -> None:
-        for path in self.dirs.values():
+        for path in dict.fromkeys(self.dirs.values()):
             for _ in range(100):
                 try:
                     path.rmdir()

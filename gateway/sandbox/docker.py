@@ -1,13 +1,25 @@
 """`DockerSandbox`: one container per kernel (production).
 
 Each container: no network (`network_mode: none`), ZMQ over ipc sockets on a tiny tmpfs
-volume (the only thing the gateway touches on the host, besides a read-only connection
-file), read-only root, size-limited tmpfs working folder and /tmp, uid 1000, all
-capabilities dropped, no-new-privileges, an init, and memory (swap off), CPU and pids
-limits. Files go in with `put_archive` before the kernel starts and come out by running
-`kernels.returnfiles` inside the sandbox, so the gateway never reads a path the kernel
-controls. Every Docker SDK call runs on a thread pool of the backend's own: the SDK is
-synchronous and the event loop must never block (DESIGN.md decision 8).
+volume, read-only root, a size-limited tmpfs working folder and /tmp, the dedicated
+sandbox uid/gid (`sandbox_uid`, outside the host's account range), all capabilities
+dropped, no-new-privileges, an init, memory (swap off), CPU and pids limits, and no
+container log on the host (`log_config: none`: a kernel writing to its own stdout cannot
+fill the host's disk).
+
+Nothing runs inside the container but the kernel. Files go in and come out on the
+gateway's side, through descriptors: staged files are written into the working folder as
+the host mounts it, right after the container starts and before the kernel can run any
+code; `return_files` are read after the container is frozen (`pause`). A persistent
+workspace is opened by descriptor when the sandbox is created (`workspace.py`) and handed
+to Docker as a `nosuid,nodev` bind mount of that descriptor in a root-only folder
+(`mounts.py`), so a path swapped by another run can never be mounted or chowned.
+
+Engine calls run on a thread pool of the backend's own (the SDK is synchronous, DESIGN.md
+decision 8), each bounded by `docker_call_timeout`; kills and removals have a pool of
+their own, so a busy engine can never starve the deadline. A container's exit is learned
+once, from the engine's event stream (`docker_events.py`), never by parking a thread in
+`Container.wait()` (issue 12).
 """
 
 from __future__ import annotations
@@ -16,17 +28,15 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-import json
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import docker.errors
-from docker.types import Mount
+from docker.types import LogConfig, Mount
 
 import docker
 from gateway.errors import SandboxError
@@ -41,6 +51,7 @@ from gateway.sandbox.base import (
     SandboxSpec,
 )
 from gateway.sandbox.cgroup import Cgroup
+from gateway.sandbox.docker_events import ExitWatcher
 from gateway.sandbox.kernelspec import (
     connection_info,
     kernel_argv,
@@ -48,20 +59,25 @@ from gateway.sandbox.kernelspec import (
     new_key,
     write_connection_file,
 )
-from gateway.sandbox.staging import refuse_links, staged_tar
+from gateway.sandbox.mounts import bind_fd, remove_tree
+from gateway.sandbox.readback import read_files
+from gateway.sandbox.sockets import secure_sockets
+from gateway.sandbox.staging import write_staged_files
+from gateway.sandbox.workspace import open_workspace
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-KERNEL_UID = 1000
 WORKDIR = "/workspace"
 SOCKET_DIR = "/run/kernel"
 CONNECTION_FILE = "/run/gateway/connection.json"
 IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 LABEL_INSTANCE = "gateway.instance"
 LABEL_RUN = "gateway.run"
+KILL_WORKERS = 4
+EXIT_WAIT = 10.0  # after a kill: how long to wait for the engine's `die` event
 
 
 def probe_docker(image: str) -> tuple[bool, str]:
@@ -89,9 +105,13 @@ class DockerBackend(SandboxBackend):
         self.settings = settings
         self.instance_id = instance_id
         self.prefix = f"gw{instance_id[:6]}-"
-        workers = settings.max_concurrent_runs * 3 + 8
+        workers = settings.max_concurrent_runs * 2 + 4
         self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="docker")
+        self._kill_executor = concurrent.futures.ThreadPoolExecutor(
+            KILL_WORKERS, thread_name_prefix="docker-kill"
+        )
         self._client: docker.DockerClient | None = None
+        self._watcher: ExitWatcher | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -99,31 +119,56 @@ class DockerBackend(SandboxBackend):
             raise RuntimeError("the Docker backend was not started")
         return self._client
 
-    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking Docker SDK call on the backend's thread pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
-
     @property
-    def workdir(self) -> str:
-        return WORKDIR
+    def watcher(self) -> ExitWatcher:
+        if self._watcher is None:
+            raise RuntimeError("the Docker backend was not started")
+        return self._watcher
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A blocking SDK call on the backend's pool, bounded by `docker_call_timeout`."""
+        return await self._bounded(self._executor, fn, *args, **kwargs)
+
+    async def call_kill(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """The same on the pool kept for kills and removals (never starved by other work)."""
+        return await self._bounded(self._kill_executor, fn, *args, **kwargs)
+
+    async def _bounded(
+        self, pool: concurrent.futures.Executor, fn: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T:
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+        timeout = self.settings.docker_call_timeout
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise SandboxError(f"The Docker engine did not answer within {timeout:g} s.") from None
 
     async def startup(self) -> None:
-        self._client = await self.call(
-            docker.from_env, timeout=120, max_pool_size=self.settings.max_concurrent_runs * 3 + 8
-        )
+        timeout = max(1, int(self.settings.docker_call_timeout))
+        pool = self.settings.max_concurrent_runs * 2 + KILL_WORKERS + 4
+        self._client = await self.call(docker.from_env, timeout=timeout, max_pool_size=pool)
         removed = await self.call(self._remove_ours)
         if removed:
             log.warning(
                 "removed %d containers/volumes a previous run of this gateway left", removed
             )
+        self._watcher = ExitWatcher(
+            docker.from_env(timeout=timeout), f"{LABEL_INSTANCE}={self.instance_id}"
+        )
+        await self._watcher.start()
 
     async def shutdown(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.close()
+            self._watcher = None
         if self._client is not None:
-            await self.call(self._remove_ours)
+            with contextlib.suppress(SandboxError, docker.errors.DockerException):
+                await self.call_kill(self._remove_ours)
             self._client.close()
             self._client = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._kill_executor.shutdown(wait=False, cancel_futures=True)
 
     def _remove_ours(self) -> int:
         """Remove every container and volume of this instance (none is live when called)."""
@@ -138,13 +183,22 @@ class DockerBackend(SandboxBackend):
                 volume.remove(force=True)
                 count += 1
         for path in Path(tempfile.gettempdir()).glob(self.prefix + "*"):
-            shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(path)
         return count
 
     async def create(self, spec: SandboxSpec) -> DockerSandbox:
         sandbox = DockerSandbox(self, spec)
         try:
+            if spec.workspace is not None:
+                sandbox.workspace_fd = await asyncio.to_thread(
+                    open_workspace,
+                    spec.workspace,
+                    self.settings.sandbox_uid,
+                    self.settings.sandbox_gid,
+                )
             await self.call(sandbox.create_blocking)
+            sandbox.exited = self.watcher.watch(sandbox.container.id)
         except BaseException:
             await sandbox.destroy()
             raise
@@ -155,15 +209,20 @@ class DockerSandbox(Sandbox):
     def __init__(self, backend: DockerBackend, spec: SandboxSpec) -> None:
         self.backend = backend
         self.spec = spec
+        self.settings = backend.settings
         self.labels = {LABEL_INSTANCE: backend.instance_id, LABEL_RUN: spec.run_id}
-        self.host_dir = Path(tempfile.mkdtemp(prefix=backend.prefix))
+        self.host_dir = Path(tempfile.mkdtemp(prefix=backend.prefix))  # root-only (0700)
         self.name = f"gw-{backend.instance_id[:8]}-{spec.run_id[-12:]}"
         self.container: Any = None
         self.volumes: list[Any] = []
         self.key = new_key()
+        self.workspace_fd: int | None = None
+        self.workspace_mount: Path | None = None
+        self.exited: asyncio.Future[int | None] | None = None
         self._cgroup: Cgroup | None = None
         self._state: dict[str, Any] = {}
-        self._staged: bytes | None = None
+        self._staged: tuple[StagedFile, ...] = ()
+        self._frozen = False
 
     # --- creation (blocking, on the backend's pool) -------------------------------------
 
@@ -178,19 +237,18 @@ class DockerSandbox(Sandbox):
         return volume
 
     def create_blocking(self) -> None:
-        limits = self.spec.limits
-        sockets = self._volume(
-            "sock", f"size=1m,nr_inodes=64,uid={KERNEL_UID},gid={KERNEL_UID},mode=0700"
-        )
+        limits, settings = self.spec.limits, self.settings
+        ids = f"uid={settings.sandbox_uid},gid={settings.sandbox_gid}"
+        sockets = self._volume("sock", f"size=1m,nr_inodes=64,{ids},mode=0700")
         mounts = [Mount(SOCKET_DIR, sockets.name, type="volume")]
-        if self.spec.workspace is not None:
-            # the kernel's user must be able to write into the persistent workspace
-            os.chown(self.spec.workspace, KERNEL_UID, KERNEL_UID, follow_symlinks=False)
-            mounts.append(Mount(WORKDIR, str(self.spec.workspace), type="bind"))
+        if self.workspace_fd is not None:
+            self.workspace_mount = self.host_dir / "workspace"
+            self.workspace_mount.mkdir(mode=0o700)
+            bind_fd(self.workspace_fd, self.workspace_mount)
+            mounts.append(Mount(WORKDIR, str(self.workspace_mount), type="bind"))
         else:
-            work = self._volume(
-                "work", f"size={limits.workdir_bytes},uid={KERNEL_UID},gid={KERNEL_UID},mode=0755"
-            )
+            options = f"size={limits.workdir_bytes},{ids},mode=0755,nosuid,nodev"
+            work = self._volume("work", options)
             mounts.append(Mount(WORKDIR, work.name, type="volume"))
         info = connection_info(f"{SOCKET_DIR}/s", self.key)
         write_connection_file(self.host_dir / "connection.json", info)
@@ -203,16 +261,16 @@ class DockerSandbox(Sandbox):
         env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
         env.update(self.spec.env)
         self.container = self.backend.client.containers.create(
-            self.backend.settings.docker_image,
+            settings.docker_image,
             command=kernel_argv(self.spec.language, "python", CONNECTION_FILE),
             name=self.name,
-            user=f"{KERNEL_UID}:{KERNEL_UID}",
+            user=f"{settings.sandbox_uid}:{settings.sandbox_gid}",
             working_dir=WORKDIR,
             environment=env,
             labels=self.labels,
             network_mode="bridge" if self.spec.network else "none",
             read_only=True,
-            tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777"},
+            tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777,nosuid,nodev"},
             mounts=mounts,
             init=True,
             cap_drop=["ALL"],
@@ -222,99 +280,87 @@ class DockerSandbox(Sandbox):
             pids_limit=limits.pids,
             nano_cpus=int(limits.cpus * 1e9),
             ipc_mode="private",
+            log_config=LogConfig(type=LogConfig.types.NONE),
             detach=True,
         )
+
+    def _mountpoint(self, volume: Any) -> str:
+        point = (
+            volume.attrs.get("Mountpoint")
+            or self.backend.client.volumes.get(volume.name).attrs["Mountpoint"]
+        )
+        return str(point)
 
     # --- files --------------------------------------------------------------------------
 
     async def stage_files(self, files: Sequence[StagedFile]) -> None:
-        # A tmpfs volume only keeps its content while a container has it mounted, so the
-        # files go in right after the container starts, before `start()` returns and so
-        # before the kernel can run any code.
-        if files:
-            if self.spec.workspace is not None:  # a persistent folder earlier runs controlled
-                await asyncio.to_thread(refuse_links, self.spec.workspace, files)
-            self._staged = staged_tar(files, KERNEL_UID, KERNEL_UID)
+        # A tmpfs volume holds content only while a container has it mounted: the files
+        # are written in `start()`, after the container started, before the kernel can
+        # run any code.
+        self._staged = tuple(files)
+
+    def _work_fd(self) -> int:
+        """The working folder, open: the workspace, or the work volume as the host mounts it."""
+        if self.workspace_fd is not None:
+            return os.dup(self.workspace_fd)
+        point = self._mountpoint(self.volumes[1])
+        return os.open(point, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def _stage_blocking(self) -> None:
+        fd = self._work_fd()
+        try:
+            write_staged_files(
+                fd, self._staged, self.settings.sandbox_uid, self.settings.sandbox_gid
+            )
+        finally:
+            os.close(fd)
 
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
-        request = json.dumps(
-            {
-                "root": WORKDIR,
-                "patterns": list(patterns),
-                "max_files": limits.max_files,
-                "max_file_bytes": limits.max_file_bytes,
-                "max_total_bytes": limits.max_total_bytes,
-            }
-        )
-        command = ["python", "-m", "kernels.returnfiles", request]
-        output = await self.backend.call(self._read_blocking, command)
-        try:
-            answer = json.loads(output)
-        except json.JSONDecodeError:
-            return FilesRead(files=[], notes=["The return files could not be read back."])
-        return FilesRead(files=answer["files"], notes=answer["notes"])
+        if not await self._freeze() and self.workspace_fd is None:
+            note = "The return files could not be read back: the kernel's sandbox had ended."
+            return FilesRead(files=[], notes=[note])
+        return await asyncio.to_thread(self._read_blocking, list(patterns), limits)
 
-    def _read_blocking(self, command: list[str]) -> bytes:
-        """Read inside the sandbox: by exec while it runs, else in a helper container."""
-        self.container.reload()
-        if self.container.status == "running":
-            result = self.container.exec_run(
-                command,
-                user=f"{KERNEL_UID}:{KERNEL_UID}",
-                workdir=WORKDIR,
-                demux=True,
-                environment={"PYTHONPATH": "/opt/gateway", "PATH": IMAGE_PATH},
-            )
-            stdout, _ = result.output
-            return stdout or b""
-        mounts = [
-            Mount(
-                WORKDIR,
-                m["Name"] if m["Type"] == "volume" else m["Source"],
-                type=m["Type"],
-                read_only=True,
-            )
-            for m in self.container.attrs["Mounts"]
-            if m["Destination"] == WORKDIR
-        ]
-        helper = self.backend.client.containers.create(
-            self.backend.settings.docker_image,
-            command=command,
-            user=f"{KERNEL_UID}:{KERNEL_UID}",
-            working_dir=WORKDIR,
-            environment={"PYTHONPATH": "/opt/gateway", "PATH": IMAGE_PATH},
-            labels=self.labels,
-            network_mode="none",
-            read_only=True,
-            mounts=mounts,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            mem_limit=256 * 1024 * 1024,
-            pids_limit=16,
-        )
+    def _read_blocking(self, patterns: list[str], limits: ReadLimits) -> FilesRead:
+        fd = self._work_fd()
         try:
-            helper.start()
-            helper.wait(timeout=60)
-            return bytes(helper.logs(stdout=True, stderr=False))
+            return read_files(fd, WORKDIR, patterns, limits)
         finally:
-            helper.remove(force=True)
+            os.close(fd)
+
+    async def _freeze(self) -> bool:
+        """Pause every process of the container; False if it is no longer running."""
+        if self._frozen:
+            return True
+        try:
+            await self.backend.call_kill(self.container.pause)
+        except docker.errors.APIError:
+            return False
+        self._frozen = True
+        return True
 
     # --- the kernel ---------------------------------------------------------------------
 
     async def start(self) -> dict[str, Any]:
         try:
             await self.backend.call(self.container.start)
-            if self._staged is not None:
-                await self.backend.call(self.container.put_archive, WORKDIR, self._staged)
             attrs = await self.backend.call(self._inspect)
+            if self._staged:
+                await asyncio.to_thread(self._stage_blocking)
+            socket_dir = await self.backend.call(self._mountpoint, self.volumes[0])
         except docker.errors.APIError as exc:
             raise SandboxError(f"The kernel container could not start: {exc.explanation}") from exc
         pid = attrs["State"].get("Pid") or 0
         self._cgroup = Cgroup.of_process(pid) if pid else None
-        mountpoint = self.volumes[0].attrs.get("Mountpoint") or await self.backend.call(
-            lambda: self.backend.client.volumes.get(self.volumes[0].name).attrs["Mountpoint"]
+        assert self.exited is not None
+        await secure_sockets(
+            socket_dir,
+            "s",
+            self.settings.sandbox_uid,
+            asyncio.shield(self.exited),
+            self.settings.kernel_start_timeout,
         )
-        return connection_info(f"{mountpoint}/s", self.key)
+        return connection_info(f"{socket_dir}/s", self.key)
 
     def _inspect(self) -> dict[str, Any]:
         self.container.reload()
@@ -323,19 +369,23 @@ class DockerSandbox(Sandbox):
         return attrs
 
     async def wait_exit(self) -> None:
-        with contextlib.suppress(docker.errors.DockerException, OSError):
-            await self.backend.call(self.container.wait)
+        if self.exited is not None:
+            await asyncio.wait([self.exited])
 
     async def kill(self) -> None:
-        if self.container is None:
+        if self.container is None or self.exited is None:
             return
-        await self.backend.call(self._kill_blocking)
+        if not self.exited.done():
+            with contextlib.suppress(docker.errors.DockerException, SandboxError):
+                await self.backend.call_kill(self._kill_blocking)
+            await asyncio.wait([self.exited], timeout=EXIT_WAIT)
 
     def _kill_blocking(self) -> None:
+        if self._frozen:  # a paused container ignores SIGKILL until thawed
+            with contextlib.suppress(docker.errors.APIError):
+                self.container.unpause()
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             self.container.kill()
-        with contextlib.suppress(docker.errors.DockerException, OSError):
-            self.container.wait(timeout=30)
 
     # --- what happened ------------------------------------------------------------------
 
@@ -348,7 +398,7 @@ class DockerSandbox(Sandbox):
         return usage
 
     async def death(self) -> Death | None:
-        with contextlib.suppress(docker.errors.DockerException):
+        with contextlib.suppress(docker.errors.DockerException, SandboxError):
             await self.backend.call(self._inspect)
         if self._state.get("Running", True):
             return None
@@ -365,22 +415,28 @@ class DockerSandbox(Sandbox):
                 events.add("memory")
             if self._cgroup.pids_limit_hit():
                 events.add("pids")
-        with contextlib.suppress(docker.errors.DockerException):
+        with contextlib.suppress(docker.errors.DockerException, SandboxError):
             await self.backend.call(self._inspect)
         if self._state.get("OOMKilled"):
             events.add("memory")
         return frozenset(events)
 
     async def destroy(self) -> None:
-        await self.backend.call(self._destroy_blocking)
+        try:
+            if self.container is not None or self.volumes:
+                await self.backend.call_kill(self._destroy_blocking)
+        finally:
+            if self.container is not None and self.backend._watcher is not None:
+                self.backend._watcher.forget(self.container.id)
+            if self.workspace_fd is not None:
+                os.close(self.workspace_fd)
+                self.workspace_fd = None
+            await asyncio.to_thread(remove_tree, self.host_dir)
 
     def _destroy_blocking(self) -> None:
-        try:
-            if self.container is not None:
-                with contextlib.suppress(docker.errors.NotFound):
-                    self.container.remove(force=True)
-            for volume in self.volumes:
-                with contextlib.suppress(docker.errors.NotFound):
-                    volume.remove(force=True)
-        finally:
-            shutil.rmtree(self.host_dir, ignore_errors=True)
+        if self.container is not None:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.container.remove(force=True)
+        for volume in self.volumes:
+            with contextlib.suppress(docker.errors.NotFound):
+                volume.remove(force=True)

@@ -12,6 +12,7 @@ from gateway.runs.models import Language
 
 # Ports are only suffixes of the socket file names with the ipc transport.
 _CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
+CHANNEL_SUFFIXES = tuple(_CHANNELS.values())
 SOCKET_PATH_MAX = 107
 
 
@@ -39,11 +40,16 @@ def write_connection_file(path: Path, info: dict[str, Any]) -> None:
 
 
 def kernel_argv(language: Language, python: str, connection_file: str) -> list[str]:
+    """The kernel's command line. `-P` keeps the working folder off `sys.path` while the
+    kernel starts, and our launcher imports the startup extension before IPython adds it:
+    a `sitecustomize.py`, `ipykernel_launcher.py` or `kernels/` planted in a persistent
+    workspace never runs at kernel start (issue 8, hole 3)."""
     if language == "python":
         return [
             python,
+            "-P",
             "-m",
-            "ipykernel_launcher",
+            "kernels.python.launch",
             "-f",
             connection_file,
             "--IPKernelApp.extensions=kernels.python.startup",
@@ -51,7 +57,7 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
             "--IPKernelApp.interrupt_mode=message",
             "--InlineBackend.figure_formats=png",
         ]
-    return [python, "-m", "kernels.bash", "-f", connection_file]
+    return [python, "-P", "-m", "kernels.bash", "-f", connection_file]
 
 
 def kernel_env(home: str, extra: dict[str, str], path: str) -> dict[str, str]:

@@ -1,10 +1,22 @@
 """`LocalSandbox`: a kernel as a local process, for development and machines without Docker.
 
-Each kernel gets its own session and process group, its own temp folder and working folder,
-and, where the machine allows: a bubblewrap sandbox (`bwrap`: private /tmp, read-only host,
-new pid/net/ipc/uts namespaces, all capabilities dropped) and a cgroup (memory, pids, CPU
-limits, usage, OOM detection, kill-all). Isolation is weaker than Docker's; the README says
-what it does and does not give.
+What each kernel gets, where the machine allows it (README, "What each backend isolates"):
+
+- **its own user**: when the gateway runs as root, the kernel runs as `sandbox_uid` /
+  `sandbox_gid` (`setpriv`, no new privileges), never as root;
+- **a bubblewrap sandbox** (`bwrap`, run unprivileged through user namespaces): new pid,
+  net, ipc and uts namespaces, no capabilities, the host read-only, a private /tmp, and
+  /run, /var/run, /root, /home, Docker's folders and the gateway's own files (data dir,
+  workspaces, token file) hidden. Every folder it mounts is handed over as an open
+  descriptor (`--bind-fd`), so no path a tenant controls is resolved;
+- **a cgroup** (root): memory, pids and CPU limits, usage, OOM detection, kill-all; without
+  one, rlimits (`RLIMIT_NPROC`, `RLIMIT_AS`, `RLIMIT_FSIZE`) instead;
+- without bubblewrap and cgroup, `kernels.reaper` as its init, so that no process it
+  starts can escape the kill however it detaches.
+
+The kernel's exit is watched through a pidfd on the event loop (no thread per kernel), and
+its own stdout/stderr (not the user's: those go over ZMQ) land in a pipe of which the
+gateway keeps only the last few KiB.
 """
 
 from __future__ import annotations
@@ -19,8 +31,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,8 +55,11 @@ from gateway.sandbox.kernelspec import (
     new_key,
     write_connection_file,
 )
+from gateway.sandbox.readback import read_files
+from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
-from kernels.returnfiles import read_files as read_return_files
+from gateway.sandbox.workspace import open_workspace
+from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -55,52 +68,115 @@ _LAUNCHER = (
     'cd "$1" || exit 126; shift; n=$1; shift; '
     'while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'
 )
+HIDDEN = ("/run", "/var/run", "/root", "/home", "/var/lib/docker", "/var/lib/containerd")
+LOG_TAIL_BYTES = 4096  # of the kernel process's own output, kept for "why it died"
+FIRST_FD = 3  # descriptors handed to the sandbox start here (0-2: null, log, log)
+REAPER_GRACE = 3.0  # after SIGTERM to the reaper: how long before SIGKILL
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalFeatures:
     bwrap: str | None
     cgroups: bool
+    drop_to: tuple[int, int] | None  # (uid, gid) the kernel runs as; None: the gateway's
 
     def describe(self) -> str:
         parts = ["bubblewrap namespaces" if self.bwrap else "no bubblewrap (process group only)"]
         parts.append("cgroup limits" if self.cgroups else "no cgroup (rlimits only)")
+        if self.drop_to is not None:
+            parts.append(f"uid {self.drop_to[0]}")
         return ", ".join(parts)
 
 
-def probe_features() -> LocalFeatures:
-    """What this machine lets the local backend use (a blocking call: run it in a thread)."""
+def _as_user(drop_to: tuple[int, int] | None) -> list[str]:
+    """`setpriv` down to the sandbox user, with no capabilities left in any set."""
+    if drop_to is None:
+        return []
+    uid, gid = drop_to
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+    ]
+
+
+def _bwrap_base(bwrap: str, drop_to: tuple[int, int] | None, network: bool) -> list[str]:
+    """bwrap's namespaces and capabilities. As root it sets the sandbox up as root (so it
+    can mount folders the sandbox user could not reach) without a user namespace, keeping
+    only what `setpriv` needs to drop to the sandbox user inside; otherwise it runs
+    unprivileged, through a user namespace."""
+    command = [bwrap, "--die-with-parent", "--new-session"]
+    if drop_to is None:
+        command += ["--unshare-all", "--cap-drop", "ALL"]
+        if network:
+            command.append("--share-net")
+        return command
+    command += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not network:
+        command.append("--unshare-net")
+    command += ["--cap-drop", "ALL"]
+    for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"):
+        command += ["--cap-add", cap]
+    return command
+
+
+def probe_features(settings: Settings) -> LocalFeatures:
+    """What this machine lets the local backend use (blocking: run it in a thread)."""
+    drop_to = (settings.sandbox_uid, settings.sandbox_gid) if os.geteuid() == 0 else None
     bwrap = shutil.which("bwrap")
     if bwrap is not None:
         probe = subprocess.run(
-            [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--", "true"],
+            [
+                *_bwrap_base(bwrap, drop_to, False),
+                "--ro-bind",
+                "/",
+                "/",
+                "--",
+                *_as_user(drop_to),
+                "true",
+            ],
             capture_output=True,
             timeout=10,
             check=False,
         )
         if probe.returncode != 0:
+            log.warning("bubblewrap does not work here: %s", probe.stderr.decode()[-300:])
             bwrap = None
     group = Cgroup.create(f"gateway-probe-{os.getpid()}", 64 << 20, 8, 1.0)
     if group is not None:
         group.remove()
-    return LocalFeatures(bwrap=bwrap, cgroups=group is not None)
+    return LocalFeatures(bwrap=bwrap, cgroups=group is not None, drop_to=drop_to)
 
 
 class LocalBackend(SandboxBackend):
     name = "local"
 
-    def __init__(self, instance_id: str, data_dir: Path, hidden_paths: Sequence[Path]) -> None:
+    def __init__(self, settings: Settings, instance_id: str, hidden_paths: Sequence[Path]) -> None:
+        self.settings = settings
         self.instance_id = instance_id
         self.prefix = f"gw{instance_id[:6]}-"
-        self.mpl_cache = data_dir / "mplcache"
-        self.hidden_paths = [p for p in hidden_paths if p is not None]
-        self.features = LocalFeatures(bwrap=None, cgroups=False)
+        self.mpl_cache = settings.data_dir / "mplcache"
+        self.hidden_paths = list(hidden_paths)
+        self.features = LocalFeatures(bwrap=None, cgroups=False, drop_to=None)
 
     async def startup(self) -> None:
-        self.features = await asyncio.to_thread(probe_features)
+        self.features = await asyncio.to_thread(probe_features, self.settings)
+        if self.settings.tokens is not None and self.features.bwrap is None:
+            raise RuntimeError(
+                "--tokens makes this gateway multi-user, but bubblewrap is missing or does "
+                "not work here, so local kernels would share the host's processes, network "
+                "and files: refusing to start. Install bubblewrap (apt-get install "
+                "bubblewrap; it needs user namespaces) or use --backend docker."
+            )
         await asyncio.to_thread(self._remove_orphans)
         await self._build_font_cache()
         log.info("local sandboxes use %s", self.features.describe())
+        if not self.features.cgroups:
+            log.warning("local sandboxes get no cgroup here: rlimits stand in for its limits")
 
     def _remove_orphans(self) -> None:
         """What a crashed gateway of this instance left: cgroups (and their processes), folders."""
@@ -123,108 +199,178 @@ class LocalBackend(SandboxBackend):
         await process.wait()
 
     async def create(self, spec: SandboxSpec) -> LocalSandbox:
-        root = Path(tempfile.mkdtemp(prefix=self.prefix))
+        sandbox = LocalSandbox(self, spec, Path(tempfile.mkdtemp(prefix=self.prefix)))
         try:
-            (root / "k").mkdir(mode=0o700)
-            (root / "tmp").mkdir(mode=0o700)
-            workdir = spec.workspace or root / "work"
-            workdir.mkdir(mode=0o755, exist_ok=True)
-            group = None
+            await asyncio.to_thread(sandbox.prepare)
             if self.features.cgroups:
                 limits = spec.limits
-                group = await asyncio.to_thread(
+                sandbox.group = await asyncio.to_thread(
                     Cgroup.create,
-                    f"gateway-{root.name}",
+                    f"gateway-{sandbox.root.name}",
                     limits.memory_bytes,
                     limits.pids,
                     limits.cpus,
                 )
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            await sandbox.destroy()
             raise
-        return LocalSandbox(self, spec, root, workdir, group)
+        return sandbox
 
 
 class LocalSandbox(Sandbox):
-    def __init__(
-        self,
-        backend: LocalBackend,
-        spec: SandboxSpec,
-        root: Path,
-        workdir: Path,
-        group: Cgroup | None,
-    ) -> None:
+    def __init__(self, backend: LocalBackend, spec: SandboxSpec, root: Path) -> None:
         self.backend = backend
         self.spec = spec
-        self.root = root
-        self.workdir = workdir
-        self.group = group
+        self.settings = backend.settings
+        self.root = root  # 0700, the gateway's: everything below is handed over by descriptor
+        self.kdir = root / "k"  # the kernel's sockets
+        self.workdir = root / "work"  # where the kernel sees its working folder
+        self.work_fd: int | None = None
+        self.group: Cgroup | None = None
         self.pid: int | None = None
-        self._exit: asyncio.Future[tuple[int, Any]] | None = None
+        self.exited: asyncio.Future[tuple[int, Any]] | None = None
+        self._pidfd: int | None = None
+        self._log_fd: int | None = None
+        self._log_tail = b""
         self._killed = False
+
+    def prepare(self) -> None:
+        """Make the sandbox's folders (blocking)."""
+        features = self.backend.features
+        uid, gid = features.drop_to or (os.getuid(), os.getgid())
+        if features.bwrap is None:
+            os.chmod(self.root, 0o711)  # noqa: S103 - traverse only: the kernel's folders by path
+        self.kdir.mkdir(mode=0o700)
+        os.chown(self.kdir, uid, gid)
+        (self.root / "tmp").mkdir(mode=0o700)
+        os.chown(self.root / "tmp", uid, gid)
+        if self.spec.workspace is not None:
+            self.work_fd = open_workspace(self.spec.workspace, uid, gid)
+        else:
+            self.workdir.mkdir(mode=0o755)
+            os.chown(self.workdir, uid, gid)
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            self.work_fd = os.open(self.workdir, flags)
+
+    @property
+    def _ids(self) -> tuple[int, int]:
+        return self.backend.features.drop_to or (os.getuid(), os.getgid())
 
     # --- files --------------------------------------------------------------------------
 
     async def stage_files(self, files: Sequence[StagedFile]) -> None:
-        await asyncio.to_thread(write_staged_files, self.workdir, files)
+        assert self.work_fd is not None
+        await asyncio.to_thread(write_staged_files, self.work_fd, files, *self._ids)
 
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
         await self.kill()  # nothing may change the folder while we read it
-        answer = await asyncio.to_thread(
-            read_return_files,
-            str(self.workdir),
-            list(patterns),
-            limits.max_files,
-            limits.max_file_bytes,
-            limits.max_total_bytes,
+        assert self.work_fd is not None
+        return await asyncio.to_thread(
+            read_files, self.work_fd, self._visible_workdir(), list(patterns), limits
         )
-        return FilesRead(files=answer["files"], notes=answer["notes"])
+
+    def _visible_workdir(self) -> str:
+        """The working folder's path as the kernel sees it."""
+        if self.backend.features.bwrap is None and self.spec.workspace is not None:
+            return str(self.spec.workspace.path)
+        return str(self.workdir)
 
     # --- the kernel process -------------------------------------------------------------
 
-    def _command(self, argv: list[str]) -> tuple[list[str], str]:
-        """The full command line and the HOME the kernel sees."""
-        features = self.backend.features
-        if features.bwrap is None:
-            return argv, str(self.root / "tmp")
-        kdir, work = str(self.root / "k"), str(self.workdir)
-        command = [features.bwrap, "--die-with-parent", "--new-session", "--unshare-all"]
-        if self.spec.network:
-            command.append("--share-net")
-        command += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        command += ["--size", str(self.spec.limits.tmp_bytes), "--tmpfs", "/tmp"]
-        for hidden in self.backend.hidden_paths:
-            if hidden.is_dir():
-                command += ["--tmpfs", str(hidden)]
-            elif hidden.exists():
-                command += ["--ro-bind", "/dev/null", str(hidden)]
-        for needed in self._needed_paths():  # what the kernel must see under /tmp or hidden
-            command += ["--ro-bind", needed, needed]
-        command += ["--bind", kdir, kdir, "--bind", work, work, "--chdir", work, "--", *argv]
-        return command, "/tmp"
+    def _command(self, argv: list[str], fds: list[int]) -> tuple[list[str], str]:
+        """The full command line (after the launcher) and the HOME the kernel sees. Folders
+        bwrap mounts are appended to `fds` and handed to it by number."""
+        features, limits = self.backend.features, self.spec.limits
 
-    def _needed_paths(self) -> list[str]:
-        paths = {sys.prefix, sys.base_prefix, str(_kernels_parent()), str(self.backend.mpl_cache)}
-        return sorted(p for p in paths if os.path.isdir(p))
+        def handed(fd: int) -> str:
+            fds.append(fd)
+            return str(FIRST_FD + len(fds) - 1)
+
+        limited: list[str] = []
+        if not features.cgroups:
+            nproc = limits.pids + _processes_of(self._ids[0])
+            limited = [
+                "prlimit",
+                f"--nproc={nproc}",
+                f"--as={max(limits.memory_bytes, 4 << 30)}",
+                f"--fsize={limits.workdir_bytes}",
+                "--",
+            ]
+        if features.bwrap is None:
+            # no pid namespace, and without a cgroup nothing else holds the processes
+            reaper = [] if features.cgroups else [sys.executable, "-P", "-m", "kernels.reaper"]
+            return [*_as_user(features.drop_to), *limited, *reaper, *argv], str(self.root / "tmp")
+        command = _bwrap_base(features.bwrap, features.drop_to, self.spec.network)
+        command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        command += ["--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
+        covered = ["/tmp"]  # folders a tmpfs replaces inside the sandbox
+        for hidden in [*HIDDEN, *map(str, self.backend.hidden_paths)]:
+            if os.path.islink(hidden) or not os.path.exists(hidden):
+                continue
+            if os.path.isdir(hidden):
+                command += ["--tmpfs", hidden]
+                covered.append(hidden)
+            else:
+                command += ["--ro-bind", "/dev/null", hidden]
+        mounts = [(p, False) for p in _needed_paths(self.backend.mpl_cache)]
+        mounts += [(str(self.kdir), True), (str(self.workdir), True)]
+        made: set[str] = set()
+        for target, _ in mounts:  # folders on the way, reachable by the sandbox user
+            for parent in reversed(Path(target).parents):
+                name = str(parent)
+                if name not in made and any(name.startswith(c + "/") for c in covered):
+                    made.add(name)
+                    command += ["--perms", "0755", "--dir", name]
+        for target, writable in mounts:
+            if target == str(self.workdir):
+                assert self.work_fd is not None
+                fd = os.dup(self.work_fd)
+            else:
+                fd = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            command += ["--bind-fd" if writable else "--ro-bind-fd", handed(fd), target]
+        command += ["--chdir", str(self.workdir), "--"]
+        return [*command, *_as_user(features.drop_to), *limited, *argv], "/tmp"
 
     async def start(self) -> dict[str, Any]:
-        kdir = self.root / "k"
-        info = connection_info(str(kdir / "s"), new_key())
-        connection_file = kdir / "connection.json"
+        info = connection_info(str(self.kdir / "s"), new_key())
+        connection_file = self.kdir / "connection.json"
         write_connection_file(connection_file, info)
         argv = kernel_argv(self.spec.language, sys.executable, str(connection_file))
-        command, home = self._command(argv)
+        fds: list[int] = []
+        try:
+            command, home = self._command(argv, fds)
+            self.pid = self._spawn(command, home, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._pidfd = os.pidfd_open(self.pid)
+        loop = asyncio.get_running_loop()
+        self.exited = loop.create_future()
+        loop.add_reader(self._pidfd, self._on_exit)
+        try:
+            await secure_sockets(
+                str(self.kdir),
+                "s",
+                self._ids[0],
+                asyncio.shield(self.exited),
+                self.settings.kernel_start_timeout,
+            )
+        except SandboxError as exc:
+            if self.exited.done():
+                await asyncio.sleep(0.05)  # the last words still in the log pipe
+                detail = self._log_tail.decode("utf-8", "replace").strip()[-500:]
+                raise SandboxError(f"{exc.message} {detail}".strip()) from exc
+            raise
+        return info
+
+    def _spawn(self, command: list[str], home: str, fds: list[int]) -> int:
         files = [] if self.group is None else [str(p) for p in self.group.proc_files]
-        command = [
-            "/bin/sh",
-            "-c",
-            _LAUNCHER,
-            "sh",
-            str(self.workdir),
-            str(len(files)),
-            *files,
-            *command,
-        ]
+        cwd = str(self.root)  # bwrap changes into the working folder itself
+        if self.backend.features.bwrap is None:
+            assert self.work_fd is not None
+            fds.append(os.dup(self.work_fd))
+            cwd = f"/proc/self/fd/{FIRST_FD + len(fds) - 1}"
+        launcher = ["/bin/sh", "-c", _LAUNCHER, "sh", cwd, str(len(files)), *files, *command]
         path = os.pathsep.join(
             [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
         )
@@ -233,59 +379,76 @@ class LocalSandbox(Sandbox):
             {
                 "PYTHONPATH": str(_kernels_parent()),
                 "GATEWAY_MPL_CACHE": str(self.backend.mpl_cache),
-                "GATEWAY_SANDBOX": self.root.name,
             }
         )
         env.update(self.spec.env)
-        log_fd = os.open(self.root / "kernel.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        read_end, write_end = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        os.set_blocking(write_end, True)
+        actions: list[tuple[Any, ...]] = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, write_end, 1),
+            (os.POSIX_SPAWN_DUP2, write_end, 2),
+        ]
+        actions += [(os.POSIX_SPAWN_DUP2, fd, FIRST_FD + i) for i, fd in enumerate(fds)]
         try:
-            self.pid = os.posix_spawn(  # noqa: ASYNC221 - vfork+exec, returns at once
-                command[0],
-                command,
+            pid = os.posix_spawn(
+                launcher[0],
+                launcher,
                 env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
-                ],
+                file_actions=actions,
                 setsid=True,
+                setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE),
             )
         except OSError as exc:
+            os.close(read_end)
             raise SandboxError(f"The kernel could not be started: {exc}") from exc
         finally:
-            os.close(log_fd)
-        self._exit = self._watch(self.pid)
-        return info
+            os.close(write_end)
+        self._log_fd = read_end
+        asyncio.get_running_loop().add_reader(read_end, self._on_log)
+        return pid
 
-    def _watch(self, pid: int) -> asyncio.Future[tuple[int, Any]]:
-        """A future for (wait status, rusage) of the kernel; reaped by a thread of its own."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[int, Any]] = loop.create_future()
+    def _on_log(self) -> None:
+        assert self._log_fd is not None
+        try:
+            data = os.read(self._log_fd, 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            asyncio.get_running_loop().remove_reader(self._log_fd)
+            return
+        self._log_tail = (self._log_tail + data)[-LOG_TAIL_BYTES:]
 
-        def wait() -> None:
-            _, status, rusage = os.wait4(pid, 0)
-            loop.call_soon_threadsafe(future.set_result, (status, rusage))
-
-        threading.Thread(target=wait, name=f"wait-{pid}", daemon=True).start()
-        return future
+    def _on_exit(self) -> None:
+        assert self._pidfd is not None and self.pid is not None and self.exited is not None
+        asyncio.get_running_loop().remove_reader(self._pidfd)
+        try:
+            _, status, rusage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            status, rusage = 0, None
+        if not self.exited.done():
+            self.exited.set_result((status, rusage))
 
     async def wait_exit(self) -> None:
-        if self._exit is not None:
-            await asyncio.shield(self._exit)
+        if self.exited is not None:
+            await asyncio.wait([self.exited])
 
     async def kill(self) -> None:
-        if self.pid is None or self._exit is None:
+        if self.pid is None or self.exited is None:
             return
-        if not self._exit.done():
+        if not self.exited.done():
             self._killed = True
+        features = self.backend.features
+        if features.bwrap is None and self.group is None and not self.exited.done():
+            # the reaper kills what the kernel started, then exits
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            await asyncio.wait([self.exited], timeout=REAPER_GRACE)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         if self.group is not None:
             await asyncio.to_thread(self.group.kill_all)
-        elif self.backend.features.bwrap is None:
-            await asyncio.to_thread(_kill_marked, self.root.name)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._exit), timeout=10)
+        await asyncio.wait([self.exited], timeout=10)
 
     # --- what happened ------------------------------------------------------------------
 
@@ -295,19 +458,22 @@ class LocalSandbox(Sandbox):
             cpu_ns = self.group.cpu_ns()
             usage.cpu_ms = None if cpu_ns is None else cpu_ns // 1_000_000
             usage.peak_memory_bytes = self.group.peak_memory()
-        elif self._exit is not None and self._exit.done():
-            _, rusage = self._exit.result()
-            usage.cpu_ms = int((rusage.ru_utime + rusage.ru_stime) * 1000)
-            usage.peak_memory_bytes = int(rusage.ru_maxrss) * 1024
+        elif self.exited is not None and self.exited.done():
+            _, rusage = self.exited.result()
+            if rusage is not None:
+                usage.cpu_ms = int((rusage.ru_utime + rusage.ru_stime) * 1000)
+                usage.peak_memory_bytes = int(rusage.ru_maxrss) * 1024
         return usage
 
     async def death(self) -> Death | None:
-        if self._exit is None or not self._exit.done() or self._killed:
+        if self.exited is None or not self.exited.done() or self._killed:
             return None
-        status, _ = self._exit.result()
+        status, _ = self.exited.result()
         code = os.waitstatus_to_exitcode(status)
         oom = self.group is not None and self.group.oom_killed()
-        return Death(exit_code=code, oom_killed=oom, detail=self._log_tail())
+        return Death(
+            exit_code=code, oom_killed=oom, detail=self._log_tail.decode("utf-8", "replace")
+        )
 
     async def limit_events(self) -> frozenset[LimitEvent]:
         if self.group is None:
@@ -319,22 +485,31 @@ class LocalSandbox(Sandbox):
             events.add("pids")
         return frozenset(events)
 
-    def _log_tail(self) -> str:
-        try:
-            with (self.root / "kernel.log").open("rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 2000))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
     async def destroy(self) -> None:
         try:
             await self.kill()
         finally:
+            loop = asyncio.get_running_loop()
+            for fd in (self._pidfd, self._log_fd):
+                if fd is not None:
+                    loop.remove_reader(fd)
+                    os.close(fd)
+            self._pidfd = self._log_fd = None
+            if self.pid is not None and self.exited is not None and not self.exited.done():
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG: never blocks
+            if self.work_fd is not None:
+                os.close(self.work_fd)
+                self.work_fd = None
             if self.group is not None:
                 await asyncio.to_thread(self.group.remove)
             await asyncio.to_thread(shutil.rmtree, self.root, True)
+
+
+def _needed_paths(mpl_cache: Path) -> list[str]:
+    """What the kernel must see although it lies under a hidden folder or /tmp."""
+    paths = {sys.prefix, sys.base_prefix, str(_kernels_parent()), str(mpl_cache)}
+    return sorted(p for p in paths if os.path.isdir(p))
 
 
 def _kernels_parent() -> Path:
@@ -342,22 +517,12 @@ def _kernels_parent() -> Path:
     return Path(kernels.__file__).resolve().parent.parent
 
 
-def _kill_marked(marker: str) -> None:
-    """Without namespaces or cgroups: kill every process whose environment carries our marker."""
-    needle = f"GATEWAY_SANDBOX={marker}".encode()
-    for _ in range(50):
-        found = False
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if needle in environ.split(b"\0"):
-                found = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(entry.name), signal.SIGKILL)
-        if not found:
-            return
-        time.sleep(0.02)
+def _processes_of(uid: int) -> int:
+    """How many processes `uid` runs now (RLIMIT_NPROC counts them all)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += 1
+    return count

@@ -54,9 +54,24 @@ async def choose_backend(settings: Settings) -> tuple[SandboxBackend, str]:
             return DockerBackend(settings, ident), f"backend docker ({reason})"
         if settings.backend == "docker":
             raise RuntimeError(f"--backend docker was requested but {why}")
+        if settings.tokens is not None:
+            raise RuntimeError(
+                f"--tokens makes this gateway multi-user, and {why}: refusing to fall back "
+                "to the local backend, which isolates users far less than Docker. Start a "
+                "Docker engine and build the image (docker/build.sh), or, to accept the "
+                "local backend's weaker isolation, pass --backend local "
+                "--allow-local-multi-user."
+            )
         local_reason = f"backend local ({why})"
     else:
+        if settings.tokens is not None and not settings.allow_local_multi_user:
+            raise RuntimeError(
+                "--tokens makes this gateway multi-user, and the local backend isolates "
+                "users far less than Docker (README, 'What each backend isolates'). Use "
+                "--backend docker, or acknowledge the weaker isolation with "
+                "--allow-local-multi-user."
+            )
         local_reason = "backend local (requested)"
     from gateway.sandbox.local import LocalBackend
 
-    return LocalBackend(ident, settings.data_dir, [Path(p) for p in hidden]), local_reason
+    return LocalBackend(settings, ident, [Path(p) for p in hidden]), local_reason

@@ -1,89 +1,66 @@
-"""Write staged files into a working folder without ever following a link.
+"""Write staged files into a working folder without ever following a link or blocking.
 
-The folder may be a persistent workspace that earlier runs controlled, so every component
-is opened relative to its parent with O_NOFOLLOW: a planted symlink makes the write fail,
-never land outside.
+Both backends stage on the gateway's side, into the working folder opened as a
+descriptor (for Docker: the container's tmpfs volume as the host mounts it, or the
+workspace). The folder may be a persistent workspace that earlier (or concurrent) runs
+of the same user control, so:
+
+- every component is opened relative to its parent with `O_NOFOLLOW`: a planted link
+  makes the write fail (400 `invalid_path`), never land outside;
+- the file itself is opened with `O_NONBLOCK` and checked with `fstat` before anything
+  is written: a FIFO or socket left in a workspace is refused instead of blocking forever;
+- what we create is chowned, by descriptor, to the sandbox's user.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import os
 import stat
-import tarfile
 from collections.abc import Sequence
-from pathlib import Path
 
 from gateway.errors import InvalidPath
 from gateway.runs.models import StagedFile
 
-
-def write_staged_files(workdir: Path, files: Sequence[StagedFile]) -> None:
-    root = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for staged in files:
-            _write_one(root, staged)
-    finally:
-        os.close(root)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _write_one(root: int, staged: StagedFile) -> None:
+def write_staged_files(root_fd: int, files: Sequence[StagedFile], uid: int, gid: int) -> None:
+    """Write every file below the folder open at `root_fd` (blocking: run in a thread)."""
+    for staged in files:
+        _write_one(root_fd, staged, uid, gid)
+
+
+def _write_one(root_fd: int, staged: StagedFile, uid: int, gid: int) -> None:
     *folders, name = staged.path.split("/")
-    fd = os.dup(root)
+    fd = os.dup(root_fd)
     try:
         for folder in folders:
+            created = False
             with contextlib.suppress(FileExistsError):
                 os.mkdir(folder, 0o755, dir_fd=fd)
+                created = True
             try:
-                next_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                next_fd = os.open(folder, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 raise _refused(staged.path, exc) from exc
             os.close(fd)
             fd = next_fd
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            if created:
+                os.fchown(fd, uid, gid)
         try:
-            out = os.open(name, flags, 0o644, dir_fd=fd)
+            out = os.open(name, _FILE_FLAGS, 0o644, dir_fd=fd)
         except OSError as exc:
             raise _refused(staged.path, exc) from exc
         with os.fdopen(out, "wb") as handle:
+            if not stat.S_ISREG(os.fstat(out).st_mode):
+                raise _refused(staged.path, OSError(errno.EINVAL, "not a regular file"))
+            os.set_blocking(out, True)
+            os.ftruncate(out, 0)
             handle.write(staged.data)
-    finally:
-        os.close(fd)
-
-
-def refuse_links(workdir: Path, files: Sequence[StagedFile]) -> None:
-    """Raise InvalidPath if a staged file would go through a link (or a file) already in
-    the working folder: the same refusal as `write_staged_files`, without writing anything.
-    For backends that write the files themselves elsewhere (Docker's put_archive)."""
-    root = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for staged in files:
-            _check_one(root, staged)
-    finally:
-        os.close(root)
-
-
-def _check_one(root: int, staged: StagedFile) -> None:
-    *folders, name = staged.path.split("/")
-    fd = os.dup(root)
-    try:
-        for folder in folders:
-            try:
-                next_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                return  # created fresh: nothing below it can be a link
-            except OSError as exc:
-                raise _refused(staged.path, exc) from exc
-            os.close(fd)
-            fd = next_fd
-        try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(info.st_mode):
-            raise _refused(staged.path, OSError(errno.ELOOP, "a link"))
+            os.fchown(out, uid, gid)
     finally:
         os.close(fd)
 
@@ -91,24 +68,6 @@ def _check_one(root: int, staged: StagedFile) -> None:
 def _refused(path: str, exc: OSError) -> InvalidPath:
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
         return InvalidPath(f"{path} goes through a link or a file in the working folder.")
+    if exc.errno in (errno.ENXIO, errno.EINVAL, errno.EISDIR):
+        return InvalidPath(f"{path} is a folder, a FIFO or another special file.")
     return InvalidPath(f"{path} could not be written: {exc.strerror}.")
-
-
-def staged_tar(files: Sequence[StagedFile], uid: int, gid: int) -> bytes:
-    """The files as a tar stream (for Docker's put_archive), owned by the kernel's user."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        folders: set[str] = set()
-        for staged in files:
-            parts = staged.path.split("/")
-            for depth in range(1, len(parts)):
-                folder = "/".join(parts[:depth])
-                if folder not in folders:
-                    folders.add(folder)
-                    info = tarfile.TarInfo(folder)
-                    info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, uid, gid
-                    tar.addfile(info)
-            info = tarfile.TarInfo(staged.path)
-            info.size, info.mode, info.uid, info.gid = len(staged.data), 0o644, uid, gid
-            tar.addfile(info, io.BytesIO(staged.data))
-    return buffer.getvalue()

@@ -268,7 +268,10 @@ def _seed_font_cache() -> None:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    _seed_font_cache()
+    try:
+        _seed_font_cache()
+    except OSError as exc:  # only slower charts: matplotlib builds its own cache
+        print(f"[gateway] no font cache: {exc}", file=sys.stderr)
     warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
     sys.meta_path.insert(0, _AfterImportFinder())
     for name, patch in _AFTER_IMPORT.items():

@@ -1,0 +1,90 @@
+"""Bind mounts the gateway makes itself (Linux, root), and removing folders that may hold one.
+
+A persistent workspace is handed to Docker as a bind mount of an already opened folder
+(`/proc/self/fd/N`: the kernel resolves that link to the opened folder itself, never to a
+path string a tenant could swap), placed in a root-only folder of the gateway's, with
+`nosuid,nodev`. `remove_tree` unmounts what lies below a folder before deleting it, and
+never descends into another file system, so that cleaning up after a crash can never
+delete a workspace through a mount left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import shutil
+from pathlib import Path
+
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MNT_DETACH = 0x2
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def bind_fd(fd: int, target: Path) -> None:
+    """Bind-mount the folder open at `fd` on `target` (an empty folder), nosuid and nodev."""
+    source = f"/proc/self/fd/{fd}".encode()
+    where = os.fsencode(target)
+    _check(_libc.mount(source, where, None, MS_BIND, None), f"bind {target}")
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV
+    try:
+        _check(_libc.mount(None, where, None, flags, None), f"remount {target}")
+    except OSError:
+        unmount(target)
+        raise
+
+
+def unmount(target: Path) -> None:
+    """Detach the mount at `target`, if there is one."""
+    if _libc.umount2(os.fsencode(target), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        if err not in (22, 2):  # EINVAL: not a mount point; ENOENT: gone
+            raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def mounts_under(folder: Path) -> list[Path]:
+    """Mount points at or below `folder` (deepest first), from /proc/self/mountinfo."""
+    prefix = os.fsencode(folder).rstrip(b"/")
+    found = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", "rb") as info:
+        for line in info:
+            point = _unescape(line.split()[4])
+            if point == prefix or point.startswith(prefix + b"/"):
+                found.append(Path(os.fsdecode(point)))
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def _unescape(field: bytes) -> bytes:
+    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
+    out, i = bytearray(), 0
+    while i < len(field):
+        if field[i : i + 1] == b"\\" and field[i + 1 : i + 4].isdigit():
+            out.append(int(field[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return bytes(out)
+
+
+def remove_tree(folder: Path) -> None:
+    """Delete `folder` and what is in it, unmounting anything mounted below it first; if a
+    mount cannot be detached, nothing is deleted (an OSError says why)."""
+    for point in mounts_under(folder):
+        with contextlib.suppress(OSError):
+            unmount(point)
+    left = mounts_under(folder)
+    if left:
+        raise OSError(f"refusing to delete {folder}: {left[0]} is still mounted")
+    shutil.rmtree(folder, ignore_errors=True)
