@@ -23,6 +23,7 @@ import tornado.httpclient
 import tornado.websocket
 
 from tests.conftest import start_gateway
+from tests.invalid_requests import RUN_FIELD_ERRORS
 from tests.support import GatewayThread, wait_for
 
 TOKEN = "stream-test-token-0123456789"
@@ -266,10 +267,10 @@ def test_display_updates_and_clear_output(gateway: GatewayThread) -> None:
 
 
 def test_malformed_messages_get_error_events_and_the_connection_stays_usable(
-    gateway: GatewayThread,
+    local_gateway: GatewayThread,
 ) -> None:
     async def main() -> None:
-        async with connect(gateway.port) as stream:
+        async with connect(local_gateway.port) as stream:
             bad: list[tuple[Any, str, str | None]] = [
                 ("not json", "invalid_request", None),
                 (b"\x00binary", "invalid_request", None),
@@ -277,29 +278,11 @@ def test_malformed_messages_get_error_events_and_the_connection_stays_usable(
                 ({"type": "nope"}, "invalid_request", "type"),
                 ({"type": "cancel"}, "invalid_request", None),
                 ({"type": "cancel", "id": "run_00000000000000000000"}, "not_found", None),
-                (
-                    {"type": "run", "ref": "L", "code": "1", "language": "cobol"},
-                    "unsupported_language",
-                    None,
-                ),
-                ({"type": "run", "ref": "C", "code": 1}, "invalid_request", "code"),
-                (
-                    {"type": "run", "ref": "T", "code": "1", "timeout": "soon"},
-                    "invalid_request",
-                    "timeout",
-                ),
-                (
-                    {
-                        "type": "run",
-                        "ref": "P",
-                        "code": "1",
-                        "files": [{"path": "../x", "content": ""}],
-                    },
-                    "invalid_path",
-                    None,
-                ),
                 ({"type": "run", "ref": {"a": 1}, "code": "1"}, "invalid_request", "ref"),
-                ({"type": "run", "ref": "U", "code": "1", "bogus": 1}, "invalid_request", "bogus"),
+            ]
+            bad += [
+                ({"type": "run", "ref": f"R{i}", **body}, code, field)
+                for i, (body, code, field) in enumerate(RUN_FIELD_ERRORS)
             ]
             for message, code, field in bad:
                 stream.send(message)
