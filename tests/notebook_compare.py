@@ -16,11 +16,13 @@ the image is no blank canvas and draws the same marks as the reference's.
 from __future__ import annotations
 
 import base64
+import gc
 import io
 import json
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -97,8 +99,13 @@ def execute_reference(
         except CellExecutionError:
             pass  # nbclient stops at the error, as the replay does; the notebook holds it all
         finally:  # nbclient leaves a kernel manager it was given running
+            if client.kc is not None:
+                client.kc.stop_channels()
             if manager.has_kernel:
                 run_sync(manager.shutdown_kernel)(now=True)
+            with warnings.catch_warnings():  # its zmq sockets end here, not in a later test
+                warnings.simplefilter("ignore", ResourceWarning)
+                gc.collect()
         files = {p.name: p.read_bytes() for p in (root / "work").iterdir() if p.is_file()}
     executed: dict[str, Any] = json.loads(nbformat.writes(nb))
     return executed, files
