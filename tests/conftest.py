@@ -1,19 +1,30 @@
-"""Fixtures: a real gateway per backend (the behavioural suite runs on both), and a leak
-census after every test: no sandbox process, folder, cgroup or container may remain."""
+"""Fixtures: a real gateway per backend (the behavioural suite runs on both), one local gateway
+for tests that never reach a sandbox, and after every test a leak census (census.py) that no
+sandbox process, folder, cgroup or container may pass. See tests/README.md."""
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support import DOCKER_IMAGE, Client, GatewayThread, census, wait_for
+from tests import census, needs
+from tests.api import write_tokens
+from tests.openapi_support import FUZZ_TOKEN
+from tests.support import DOCKER_IMAGE, Client, GatewayThread, wait_for
 
 BACKENDS = ("local", "docker")
-REQUIRE_DOCKER = os.environ.get("GATEWAY_REQUIRE_DOCKER") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Every process a sandbox leaves behind is reparented to pytest, where the census sees it.
+    census.become_subreaper()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    census.close()
 
 
 def docker_status() -> tuple[bool, str]:
@@ -23,13 +34,12 @@ def docker_status() -> tuple[bool, str]:
 
 
 def require_backend(name: str) -> None:
+    """Skip (fail, when GATEWAY_REQUIRE includes docker) if the backend cannot run here."""
     if name != "docker":
         return
     ok, why = docker_status()
     if not ok:
-        if REQUIRE_DOCKER:
-            pytest.fail(f"GATEWAY_REQUIRE_DOCKER=1 but Docker is not usable: {why}")
-        pytest.skip(f"Docker backend not available here: {why}")
+        needs.missing("docker", why)
 
 
 def start_gateway(backend: str, **overrides: Any) -> GatewayThread:
@@ -37,14 +47,35 @@ def start_gateway(backend: str, **overrides: Any) -> GatewayThread:
     return GatewayThread(backend=backend, **overrides).start()
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
-    """One gateway per backend for the whole session (tests are grouped by backend)."""
-    server = start_gateway(request.param)
+class SharedGateways:
+    """The session's gateways with default settings, one per backend, started on first use."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, GatewayThread] = {}
+
+    def get(self, backend: str) -> GatewayThread:
+        if backend not in self.started:
+            self.started[backend] = start_gateway(backend)
+        return self.started[backend]
+
+    def stop(self) -> None:
+        for server in self.started.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_gateways() -> Iterator[SharedGateways]:
+    gateways = SharedGateways()
     try:
-        yield server
+        yield gateways
     finally:
-        server.stop()
+        gateways.stop()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def gateway(request: pytest.FixtureRequest, shared_gateways: SharedGateways) -> GatewayThread:
+    """The session's gateway of each backend (tests that use it run once per backend)."""
+    return shared_gateways.get(str(request.param))
 
 
 @pytest.fixture
@@ -55,6 +86,37 @@ def client(gateway: GatewayThread) -> Client:
 @pytest.fixture
 def backend(gateway: GatewayThread) -> str:
     return gateway.backend_name
+
+
+@pytest.fixture
+def local_gateway(shared_gateways: SharedGateways) -> GatewayThread:
+    """The session's local gateway, for tests that never reach a sandbox (validation, 404s):
+    they run once, not once per backend."""
+    return shared_gateways.get("local")
+
+
+@pytest.fixture
+def local_client(local_gateway: GatewayThread) -> Client:
+    return local_gateway.client()
+
+
+@pytest.fixture(scope="module")
+def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+    """Local backend, a user token (FUZZ_TOKEN), uploads on, every run at most 3 s: for the
+    OpenAPI answers and the fuzz run."""
+    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {FUZZ_TOKEN: ("fuzzer", "user")})
+    server = start_gateway(
+        "local",
+        tokens=tokens,
+        allow_uploads=True,
+        default_timeout=2.0,
+        max_timeout=3.0,
+        max_runs_per_user=3,
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -86,8 +148,14 @@ def no_unexpected_errors(
 
 @pytest.fixture(autouse=True)
 def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the test (and its own fixtures): no run still active on a shared gateway, and a
+    clean census. A census that cannot be taken fails the test."""
     yield
-    if "gateway" in request.fixturenames:
-        server: GatewayThread = request.getfixturevalue("gateway")
-        assert wait_for(server.idle, timeout=60), "runs still active after the test"
-    assert wait_for(lambda: not census(), timeout=30), f"left behind: {census()}"
+    if "shared_gateways" in request.fixturenames:
+        shared: SharedGateways = request.getfixturevalue("shared_gateways")
+        for server in shared.started.values():
+            assert wait_for(server.idle, timeout=60), "runs still active after the test"
+    if not wait_for(lambda: not census.census(), timeout=30):
+        left = census.census()
+        census.clean_up()
+        pytest.fail(f"left behind: {left}", pytrace=False)

@@ -1,5 +1,5 @@
-"""Test support: a real gateway on a free port in a thread of its own, a small HTTP client,
-and the leak census that every test must pass."""
+"""Test support: a real gateway on a free port in a thread of its own (or in a process of its
+own), a small HTTP client, and waiting for a condition. The leak census is in census.py."""
 
 from __future__ import annotations
 
@@ -16,26 +16,27 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from email.message import Message
 from pathlib import Path
 from typing import Any
 
 from gateway import settings as settings_module
 from gateway.server import Gateway
+from tests import census
 
 REPO = Path(__file__).resolve().parent.parent
 # The kernel image the tests use: scripts/test.sh sets it to the tag docker/build.sh built,
 # so that the tests never run against a stale `latest` of another checkout.
 DOCKER_IMAGE = os.environ.get("GATEWAY_DOCKER_IMAGE", "gateway-kernel:latest")
 
-# Instance ids of the gateways this test process started: the leak census looks only at
-# their sandboxes, so that test runs of other checkouts on the same machine do not count.
-INSTANCES: set[str] = set()
 
-
-def new_instance_id() -> str:
+def new_instance_id(backend: str = "local") -> str:
+    """A fresh instance id that the leak census watches (with Docker's for `docker`)."""
     ident = "t" + secrets.token_hex(7)
-    INSTANCES.add(ident)
+    census.INSTANCES.add(ident)
+    if backend == "docker":
+        census.DOCKER_INSTANCES.add(ident)
     return ident
 
 
@@ -96,11 +97,13 @@ class GatewayThread:
         overrides.setdefault("port", 0)
         overrides.setdefault("host", "127.0.0.1")
         overrides.setdefault("kernel_start_timeout", 60.0)
-        overrides.setdefault("instance_id", new_instance_id())
+        overrides.setdefault("instance_id", new_instance_id(str(overrides.get("backend"))))
         overrides.setdefault("docker_image", DOCKER_IMAGE)
         # tests of several users on the local backend acknowledge its weaker isolation
         overrides.setdefault("allow_local_multi_user", overrides.get("backend") == "local")
-        INSTANCES.add(overrides["instance_id"])
+        census.INSTANCES.add(overrides["instance_id"])
+        if overrides.get("backend") == "docker":
+            census.DOCKER_INSTANCES.add(overrides["instance_id"])
         try:
             self.settings = settings_module.load(environ={}, overrides=overrides)
             self.gateway = Gateway(self.settings)
@@ -120,6 +123,8 @@ class GatewayThread:
         except BaseException:
             self.stop()
             raise
+        if self.backend_name == "docker":  # "auto" may have chosen it
+            census.DOCKER_INSTANCES.add(self.settings.instance_id or "")
         return self
 
     @property
@@ -148,76 +153,8 @@ class GatewayThread:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-# --- leak census --------------------------------------------------------------------------
-
-
-def _prefixes() -> tuple[str, ...]:
-    return tuple(f"gw{ident[:6]}-" for ident in INSTANCES)
-
-
-def sandbox_processes() -> list[str]:
-    """Processes of our sandboxes (they carry GATEWAY_SANDBOX=<folder> in their environment)."""
-    needles = [f"GATEWAY_SANDBOX={p}".encode() for p in _prefixes()]
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            if any(n in environ for n in needles):
-                found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:120]!r}")
-        except OSError:
-            continue
-    return found
-
-
-def sandbox_folders() -> list[str]:
-    tmp = Path(tempfile.gettempdir())
-    return sorted(str(p) for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
-
-
-def sandbox_cgroups() -> list[str]:
-    root = Path("/sys/fs/cgroup")
-    names = [f"gateway-{p}" for p in _prefixes()]
-    return sorted(
-        str(p) for name in names for p in [*root.glob(f"*/{name}*"), *root.glob(f"{name}*")]
-    )
-
-
-def docker_leftovers() -> list[str]:
-    if shutil.which("docker") is None or not INSTANCES:
-        return []
-    found = []
-    for ident in INSTANCES:
-        label = f"label=gateway.instance={ident}"
-        try:
-            containers = subprocess.run(
-                ["docker", "ps", "-aq", "--filter", label],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            ).stdout.split()
-            volumes = subprocess.run(
-                ["docker", "volume", "ls", "-q", "--filter", label],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            ).stdout.split()
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        found += [f"container {c}" for c in containers] + [f"volume {v}" for v in volumes]
-    return found
-
-
-def census() -> list[str]:
-    return sandbox_processes() + sandbox_folders() + sandbox_cgroups() + docker_leftovers()
-
-
 def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.1) -> bool:
-    import time
-
+    """Poll `predicate` until it holds (True) or `timeout` seconds pass (its last answer)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -230,30 +167,45 @@ def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.1) -> bo
 
 
 def free_port() -> int:
+    """A port nothing listens on now (for a gateway of its own, or an unreachable address)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 class GatewayProcess:
-    """`python -m gateway serve` in a process of its own, for crash and signal tests."""
+    """`python -m gateway serve` in a process of its own, for crash and signal tests and for
+    measuring the gateway alone. Extra settings become flags (`stream_cap_bytes=1000` ->
+    `--stream-cap-bytes 1000`). The process is the harness's own while it runs (the leak
+    census does not count it); what it leaves behind when it ends does count."""
 
-    def __init__(self, backend: str, data_dir: Path) -> None:
+    def __init__(self, backend: str, data_dir: Path, **settings: Any) -> None:
         self.backend = backend
         self.data_dir = data_dir
-        self.instance = new_instance_id()
+        self.instance = new_instance_id(backend)
         self.port = free_port()
         self.client = Client(self.port)
+        self.settings = settings
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> GatewayProcess:
         command = [sys.executable, "-m", "gateway", "serve", "--backend", self.backend]
         command += ["--port", str(self.port), "--data-dir", str(self.data_dir)]
-        command += ["--instance-id", self.instance]
+        command += ["--instance-id", self.instance, "--docker-image", DOCKER_IMAGE]
+        for name, value in self.settings.items():
+            command.append("--" + name.replace("_", "-"))
+            if value is not True:
+                command.append(str(value))
         with (self.data_dir / "gateway.log").open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=log)
+        census.own(self.process.pid, f"the gateway process on port {self.port}")
         assert wait_for(lambda: answers(self.client), timeout=60), self.log()
         return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
 
     def signal(self, signum: int, timeout: float = 60) -> int:
         assert self.process is not None

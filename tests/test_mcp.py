@@ -24,7 +24,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, ImageContent, TextContent
 
-from tests.support import REPO, GatewayThread, census, new_instance_id, wait_for
+from tests import census
+from tests.support import REPO, GatewayThread, new_instance_id, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -152,7 +153,7 @@ def test_stdio_lists_the_tool_and_runs_code_with_charts_and_failures() -> None:
             assert refused.is_error and "invalid_path" in texts(refused)
 
     anyio.run(scenario)
-    assert wait_for(lambda: not census(), timeout=30), census()
+    assert wait_for(lambda: not census.census(), timeout=30), census.census()
 
 
 def test_stdio_against_a_running_gateway() -> None:
@@ -218,7 +219,7 @@ def test_streamable_http_runs_code_and_stops_cleanly_on_sigterm(
     anyio.run(scenario)
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
-    assert wait_for(lambda: not census(), timeout=30), census()
+    assert wait_for(lambda: not census.census(), timeout=30), census.census()
 
 
 def test_sigterm_during_a_run_destroys_its_sandbox() -> None:
@@ -254,17 +255,18 @@ def test_sigterm_during_a_run_destroys_its_sandbox() -> None:
         env={**os.environ, **environment()},
     ) as process:
         assert process.stdin is not None and process.stdout is not None
+        census.own(process.pid, "the MCP server")  # its sandboxes count once it is gone
         try:
             for message in messages:
                 process.stdin.write((json.dumps(message) + "\n").encode())
             process.stdin.flush()
             assert b'"id":1' in process.stdout.readline().replace(b" ", b"")
-            assert wait_for(lambda: bool(census()), timeout=30), "the run started no sandbox"
+            assert wait_for(census.sandboxes_exist, timeout=30), "the run started no sandbox"
             started = time.monotonic()
             process.send_signal(signal.SIGTERM)
             assert process.wait(15) == 0
             assert time.monotonic() - started < 5  # an MCP client kills after 2 s + 2 s
-            assert wait_for(lambda: not census(), timeout=10), census()
+            assert wait_for(lambda: not census.census(), timeout=10), census.census()
         finally:
             if process.poll() is None:
                 process.kill()

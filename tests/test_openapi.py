@@ -1,6 +1,6 @@
 """The OpenAPI document (`GET /openapi.json`) against the code: it is valid OpenAPI 3.1, its
-paths and methods are exactly the app's routes, real answers of the real app validate
-against its schemas, and a bounded schemathesis run finds no 5xx and only the error shape."""
+paths and methods are exactly the app's routes, and real answers of the real app validate
+against its schemas. The schemathesis fuzz run is in test_openapi_fuzz.py."""
 
 from __future__ import annotations
 
@@ -8,54 +8,25 @@ import asyncio
 import io
 import json
 import re
-import secrets
 import zipfile
-from collections.abc import Iterator
 from typing import Any
 
-import jsonschema
 import pytest
 import tornado.web
 import tornado.websocket
 from openapi_spec_validator import validate as validate_spec
 
 from gateway.app import routes
-from gateway.openapi import ERROR_CODES, build_document
-from tests.conftest import start_gateway
+from gateway.openapi import build_document
+from tests.invalid_requests import RUN_FIELD_ERRORS, status_of
+from tests.openapi_support import (
+    DOC,
+    METHODS,
+    assert_error_answer,
+    assert_valid,
+)
+from tests.openapi_support import FUZZ_TOKEN as TOKEN
 from tests.support import Client, GatewayThread
-
-DOC = build_document()
-METHODS = ("get", "post", "put", "delete", "patch")
-
-
-def schema_validator(name: str) -> jsonschema.Draft202012Validator:
-    """A validator for one component schema (its $refs resolve inside the document)."""
-    root = {"$ref": f"#/components/schemas/{name}", "components": DOC["components"]}
-    return jsonschema.Draft202012Validator(root, format_checker=jsonschema.FormatChecker())
-
-
-def assert_valid(name: str, instance: Any) -> None:
-    errors = sorted(schema_validator(name).iter_errors(instance), key=lambda e: list(e.path))
-    assert not errors, f"{name}: " + "; ".join(
-        f"{list(e.absolute_path)}: {e.message[:300]}" for e in errors[:5]
-    )
-
-
-def error_codes(path: str | None, method: str | None, status: int) -> set[str]:
-    codes = set(ERROR_CODES.get(status, []))
-    if path is not None and method is not None:
-        operation = DOC["paths"][path][method]
-        codes |= set(operation.get("x-error-codes", {}).get(str(status), []))
-    return codes
-
-
-def assert_error_answer(status: int, body: Any, path: str | None, method: str | None) -> None:
-    assert_valid("Error", body)
-    code = body["error"]["code"]
-    assert code in error_codes(path, method, status), f"{status} {code} is not documented"
-    if path is not None and method is not None:
-        assert str(status) in DOC["paths"][path][method]["responses"], (path, method, status)
-
 
 # --- the document itself --------------------------------------------------------------------
 
@@ -141,17 +112,17 @@ def test_route_template_and_methods() -> None:
 
 
 def test_every_route_is_documented_and_every_documented_path_is_routed(
-    gateway: GatewayThread,
+    local_gateway: GatewayThread,
 ) -> None:
-    assert gateway.gateway.services is not None
-    routed = routed_operations(routes(gateway.gateway.services))
+    assert local_gateway.gateway.services is not None
+    routed = routed_operations(routes(local_gateway.gateway.services))
     documented = documented_operations(DOC)
     assert routed - documented == set(), "routes missing from the OpenAPI document"
     assert documented - routed == set(), "documented operations that no route serves"
 
 
-def test_served_document_is_the_built_one(client: Client) -> None:
-    response = Client(client.port, token=None).request("GET", "/openapi.json")
+def test_served_document_is_the_built_one(local_client: Client) -> None:
+    response = local_client.request("GET", "/openapi.json")
     assert response.status == 200
     assert response.headers["Content-Type"].startswith("application/json")
     assert response.json() == build_document()
@@ -237,13 +208,8 @@ ERROR_CASES: list[tuple[str, str, str | None, Any, dict[str, str], int]] = [
     # method, url, documented path, body (bytes: raw), headers, expected status
     ("POST", "/v1/runs", "/v1/runs", b"{not json", {}, 400),
     ("POST", "/v1/runs", "/v1/runs", b"", {}, 400),
-    ("POST", "/v1/runs", "/v1/runs", {"code": "1", "bogus": 1}, {}, 400),
-    ("POST", "/v1/runs", "/v1/runs", {"code": "1", "language": "cobol"}, {}, 400),
-    ("POST", "/v1/runs", "/v1/runs", {"code": "1", "timeout": "soon"}, {}, 400),
     ("POST", "/v1/runs", "/v1/runs", {"code": "1", "files": [{"path": "../x"}]}, {}, 400),
     ("POST", "/v1/runs", "/v1/runs", {"code": "1", "entrypoint": "a.py"}, {}, 400),
-    ("POST", "/v1/runs", "/v1/runs", {"code": "1", "network": True}, {}, 403),
-    ("POST", "/v1/runs", "/v1/runs", {"code": "1", "archive": "x"}, {}, 403),
     ("POST", "/v1/runs", "/v1/runs", {"code": "x" * (1024 * 1024 + 1)}, {}, 413),
     ("POST", "/v1/runs", "/v1/runs", b"code=1", {"Content-Type": "text/plain"}, 415),
     ("GET", "/v1/runs/run_00", "/v1/runs/{id}", None, {}, 404),
@@ -273,7 +239,7 @@ ERROR_CASES: list[tuple[str, str, str | None, Any, dict[str, str], int]] = [
     ids=[f"{c[0]} {c[1]} {c[5]}" for c in ERROR_CASES],
 )
 def test_error_answers_validate(
-    client: Client,
+    local_client: Client,
     method: str,
     url: str,
     path: str | None,
@@ -282,11 +248,20 @@ def test_error_answers_validate(
     status: int,
 ) -> None:
     raw = body if isinstance(body, bytes) else None
-    response = client.request(
+    response = local_client.request(
         method, url, None if raw is not None else body, raw=raw, headers=headers
     )
     assert response.status == status, response.body[:500]
     assert_error_answer(status, response.json(), path, method.lower() if path else None)
+
+
+@pytest.mark.parametrize(("body", "code", "field"), RUN_FIELD_ERRORS)
+def test_invalid_run_answers_validate(
+    local_client: Client, body: dict[str, Any], code: str, field: str
+) -> None:
+    response = local_client.request("POST", "/v1/runs", body)
+    assert response.status == status_of(code), response.body[:500]
+    assert_error_answer(response.status, response.json(), "/v1/runs", "post")
 
 
 def test_tool_and_notebook_answers_validate(client: Client) -> None:
@@ -399,30 +374,6 @@ def test_stream_messages_validate(client: Client) -> None:
     assert messages[-1]["run"]["status"] == "succeeded"
 
 
-# --- a gateway of our own: tokens, uploads, short timeouts ------------------------------------
-
-TOKEN = "fuzz-" + secrets.token_hex(16)
-
-
-@pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    """Local backend, a user token, uploads on, and every run at most 3 s."""
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: {"user": "fuzzer", "role": "user"}}))
-    server = start_gateway(
-        "local",
-        tokens=tokens,
-        allow_uploads=True,
-        default_timeout=2.0,
-        max_timeout=3.0,
-        max_runs_per_user=3,
-    )
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def small_zip() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -458,82 +409,3 @@ def test_auth_upload_and_archive_answers_validate(fuzz_gateway: GatewayThread) -
     assert_error_answer(bad.status, bad.json(), "/v1/uploads", "post")
     refused = client.request("POST", "/v1/runs", {"code": "1", "working_dir": "w"})
     assert_error_answer(403, refused.json(), "/v1/runs", "post")
-
-
-# --- fuzzing ------------------------------------------------------------------------------------
-
-schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, settings  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
-
-FUZZ_SCHEMA = schemathesis.openapi.from_dict(build_document()).exclude(path="/v1/stream")
-FUZZ_SCHEMA.config.generation.update(
-    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
-)
-# Bounded: no coverage phase (hundreds of boundary cases), at most 10 cases per operation.
-FUZZ_SCHEMA.config.phases.update(phases=["examples", "fuzzing"])
-# The archive media types carry raw bytes, like application/octet-stream.
-schemathesis.serializer.alias(
-    [
-        m
-        for m in build_document()["paths"]["/v1/uploads"]["post"]["requestBody"]["content"]
-        if m.startswith("application/") and m != "application/octet-stream"
-    ],
-    "application/octet-stream",
-)
-FUZZ_CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-]
-
-
-def tame(body: Any) -> None:
-    """Keep generated runs short: every timeout a number above 1 becomes 1."""
-    if not isinstance(body, dict):
-        return
-    for key in ("timeout", "cell_timeout", "timeout_seconds"):
-        value = body.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 1:
-            body[key] = 1
-    for inner in ("arguments", "params", "notebook"):
-        tame(body.get(inner))
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@FUZZ_SCHEMA.parametrize()
-@settings(
-    max_examples=10,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
-def test_fuzz_finds_no_server_error(case: Any, fuzz_gateway: GatewayThread) -> None:
-    tame(case.body)
-    response = case.call(
-        base_url=f"http://127.0.0.1:{fuzz_gateway.port}",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        timeout=60,
-    )
-    method = case.method.lower()
-    if method not in DOC["paths"][case.path]:  # schemathesis also tries other methods
-        assert response.status_code == 405, response.text[:500]
-        assert_error_answer(405, response.json(), None, None)
-        return
-    case.validate_response(response, checks=FUZZ_CHECKS)
-    if response.status_code >= 400:
-        assert_error_answer(response.status_code, response.json(), case.path, method)
-
-
-def test_tame_shortens_every_timeout() -> None:
-    body: dict[str, Any] = {"timeout": 50, "arguments": {"timeout_seconds": 9}, "params": {}}
-    tame(body)
-    assert body == {"timeout": 1, "arguments": {"timeout_seconds": 1}, "params": {}}

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import api
 from tests.support import Client, GatewayThread, wait_for
 
 
@@ -19,9 +20,7 @@ def one_slot() -> Iterator[GatewayThread]:
 
 
 def submit(client: Client, code: str) -> str:
-    response = client.request("POST", "/v1/runs", {"code": code, "background": True})
-    assert response.status == 202
-    return str(response.json()["id"])
+    return api.submit(client, {"code": code})
 
 
 def test_a_queued_run_waits_and_can_be_cancelled_before_it_starts(one_slot: GatewayThread) -> None:
@@ -40,10 +39,41 @@ def test_a_queued_run_waits_and_can_be_cancelled_before_it_starts(one_slot: Gate
 
 def test_cancel_right_after_submit_never_leaves_a_run_stuck(one_slot: GatewayThread) -> None:
     client = one_slot.client()
-    for _ in range(5):
-        run_id = submit(client, "print(1)")
+    for _ in range(5):  # the cancel lands while queued, creating the sandbox, or running
+        run_id = submit(client, "import time; time.sleep(60)")  # it cannot finish on its own
         record = client.request("DELETE", f"/v1/runs/{run_id}").json()
-        assert record["status"] in ("cancelled", "succeeded")
+        assert (record["status"], record["kill_reason"]) == ("cancelled", "cancelled"), record
     assert wait_for(one_slot.idle, timeout=30)
     health = client.request("GET", "/v1/health").json()
     assert health["kernels"]["running"] == 0
+
+
+def gauges(client: Client) -> tuple[float, float, int]:
+    text = client.request("GET", "/metrics").body.decode()
+    values = dict(
+        line.split(" ", 1)
+        for line in text.splitlines()
+        if line.startswith("gateway_") and "{" not in line
+    )
+    health = client.request("GET", "/v1/health").json()
+    return (
+        float(values["gateway_runs_running"]),
+        float(values["gateway_queue_length"]),
+        health["kernels"]["running"],
+    )
+
+
+def test_the_gauges_count_a_running_and_a_queued_run(one_slot: GatewayThread) -> None:
+    client = one_slot.client()
+    assert gauges(client) == (0, 0, 0)
+    first = submit(client, "import time; time.sleep(60)")
+    api.poll_run(client, first, until=lambda r: r["status"] == "running")
+    queued = submit(client, "print('waits')")
+    assert client.request("GET", f"/v1/runs/{queued}").json()["status"] == "queued"
+    assert gauges(client) == (1, 1, 1)  # running, queue length; health's running kernels
+    second_queued = submit(client, "print('waits too')")
+    assert gauges(client) == (1, 2, 1)
+    for run_id in (second_queued, queued, first):
+        client.request("DELETE", f"/v1/runs/{run_id}")
+    assert wait_for(one_slot.idle, timeout=30)
+    assert gauges(client) == (0, 0, 0)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import Client, GatewayProcess, census, wait_for
+from tests import census
+from tests.support import Client, GatewayProcess, wait_for
 
 
 @pytest.fixture
@@ -34,12 +35,12 @@ def test_sigkill_mid_run_then_restart(process: GatewayProcess, backend_name: str
     body = {"code": "import time; time.sleep(600)", "background": True}
     run_id = client.request("POST", "/v1/runs", body).json()["id"]
     assert wait_for(lambda: status_of(client, run_id) == "running", timeout=60)
-    assert wait_for(lambda: census() != [], timeout=60)  # its sandbox exists
+    assert wait_for(census.sandboxes_exist, timeout=60)  # its sandbox exists
     process.signal(signal.SIGKILL)
     if backend_name == "docker":  # nothing killed the container: only the restart can
-        assert any(item.startswith("container") for item in census())
+        assert any(item.startswith("container") for item in census.census())
     process.start()
-    assert wait_for(lambda: census() == [], timeout=30), census()
+    assert wait_for(lambda: census.census() == [], timeout=30), census.census()
     assert client.request("GET", f"/v1/runs/{done['id']}").json()["result"] == 42
     interrupted = client.request("GET", f"/v1/runs/{run_id}").json()
     assert interrupted["status"] == "failed" and interrupted["exit_code"] is None
@@ -56,4 +57,4 @@ def test_sigterm_lets_a_running_run_finish_then_exits(process: GatewayProcess) -
         (payload,) = db.execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
     record = json.loads(payload)
     assert (record["status"], record["result"]) == ("succeeded", "finished")
-    assert census() == []
+    assert census.census() == []

@@ -3,16 +3,19 @@ backend chosen at start, with the reason in the first log line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway import settings as settings_module
 from gateway.cli import build_parser
-from tests.conftest import docker_status
-from tests.support import GatewayThread
+from tests.conftest import require_backend
+from tests.support import DOCKER_IMAGE, GatewayThread, free_port
 
 
 def load(argv: list[str], environ: dict[str, str]) -> settings_module.Settings:
@@ -62,14 +65,85 @@ def test_unknown_config_keys_are_refused(tmp_path: Path) -> None:
         load(["--config", str(config)], {})
 
 
-def test_auto_backend_says_which_and_why(caplog: pytest.LogCaptureFixture) -> None:
-    available, why = docker_status()
+def first_gateway_line(caplog: pytest.LogCaptureFixture) -> str:
+    return next(r.getMessage() for r in caplog.records if r.name == "gateway")
+
+
+def start_auto(caplog: pytest.LogCaptureFixture, **overrides: Any) -> GatewayThread:
     with caplog.at_level(logging.INFO, logger="gateway"):
-        server = GatewayThread(backend="auto").start()
+        return GatewayThread(backend="auto", **overrides).start()
+
+
+def test_auto_backend_picks_docker_when_the_engine_has_the_image(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    require_backend("docker")
+    server = start_auto(caplog)
     try:
-        expected = "docker" if available else "local"
-        assert server.backend_name == expected
-        first = next(r.getMessage() for r in caplog.records if r.name == "gateway")
-        assert first == f"backend {expected} ({why})"
+        assert server.backend_name == "docker"
+        assert first_gateway_line(caplog) == (
+            f"backend docker (a Docker engine answers and has the image {DOCKER_IMAGE})"
+        )
     finally:
         server.stop()
+
+
+def test_auto_backend_falls_back_to_local_without_the_image(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    require_backend("docker")  # an engine that answers, but not with this image
+    missing = "gateway-kernel:no-such-tag-" + secrets.token_hex(4)
+    server = start_auto(caplog, docker_image=missing)
+    try:
+        assert server.backend_name == "local"
+        line = first_gateway_line(caplog)
+        assert line.startswith("backend local (") and f"no image {missing}" in line, line
+    finally:
+        server.stop()
+
+
+def test_auto_backend_falls_back_to_local_without_an_engine(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{free_port()}")  # nothing answers
+    server = start_auto(caplog)
+    try:
+        assert server.backend_name == "local"
+        assert first_gateway_line(caplog).startswith("backend local (no Docker engine answers")
+    finally:
+        server.stop()
+
+
+def setting_names() -> list[str]:
+    """Every setting the gateway has (a dataclass or a pydantic model)."""
+    model_fields = getattr(settings_module.Settings, "model_fields", None)
+    if model_fields is not None:
+        return sorted(model_fields)
+    return sorted(f.name for f in dataclasses.fields(settings_module.Settings))
+
+
+def other_value(name: str) -> tuple[str, Any]:
+    """A value unlike the default, as a flag or environment would give it, and as parsed."""
+    default = getattr(settings_module.Settings(), name)
+    if name == "backend":
+        return "local", "local"
+    if isinstance(default, bool):
+        return "true", True
+    if isinstance(default, int):
+        return str(default + 3), default + 3
+    if isinstance(default, float):
+        return str(default + 2.5), default + 2.5
+    if isinstance(default, tuple):
+        return "/srv/a,/srv/b", ("/srv/a", "/srv/b")
+    if isinstance(default, Path) or name in ("workspaces", "tokens"):
+        return "/srv/somewhere", Path("/srv/somewhere")
+    return "some-value", "some-value"
+
+
+@pytest.mark.parametrize("name", setting_names())
+def test_every_setting_is_a_flag_and_an_environment_variable(name: str) -> None:
+    text, parsed = other_value(name)
+    assert getattr(settings_module.Settings(), name) != parsed
+    flag = ["--" + name.replace("_", "-")] + ([] if parsed is True else [text])
+    assert getattr(load(flag, {}), name) == parsed
+    assert getattr(load([], {"GATEWAY_" + name.upper(): text}), name) == parsed

@@ -21,12 +21,12 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.api import assert_error, poll_run, write_tokens
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import Client, GatewayThread, Response
+from tests.support import Client, GatewayThread, Response, wait_for
 
 GB = 10**9
 MiB = 1024 * 1024
@@ -185,15 +185,6 @@ def upload_id(client: Client, data: bytes) -> str:
     response = upload(client, data)
     assert response.status == 201, response.body
     return str(response.json()["id"])
-
-
-def assert_error(response: Response, status: int, code: str, *mentions: str) -> dict[str, Any]:
-    assert response.status == status, (response.status, response.body[:500])
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    for mention in mentions:
-        assert mention in error["message"], error
-    return error
 
 
 def stored(server: GatewayThread) -> list[str]:
@@ -563,7 +554,7 @@ def test_a_real_high_ratio_zip_is_refused_before_unpacking(roomy: GatewayThread)
     with measured() as cost:
         response = upload(roomy.client(), data)
     assert_error(response, 413, "archive_ratio_exceeded", "'zeros.bin'", "100:1")
-    assert cost.peak_bytes < 8 * MiB and cost.seconds < 5, cost
+    assert cost.peak_bytes < 8 * MiB, cost  # refused before unpacking: no 50 MB was made
 
 
 def test_a_real_high_ratio_tar_gz_is_refused_while_streaming(roomy: GatewayThread) -> None:
@@ -571,7 +562,7 @@ def test_a_real_high_ratio_tar_gz_is_refused_while_streaming(roomy: GatewayThrea
     with measured() as cost:
         response = upload(roomy.client(), data)
     assert_error(response, 413, "archive_ratio_exceeded", "'zeros.bin'")
-    assert cost.peak_bytes < 8 * MiB and cost.seconds < 5, cost
+    assert cost.peak_bytes < 8 * MiB, cost  # refused before unpacking: no 50 MB was made
 
 
 def test_small_compressible_files_are_not_ratio_checked(roomy: GatewayThread) -> None:
@@ -587,7 +578,7 @@ def test_zip_bomb_claiming_10_gb_is_refused_without_unpacking(roomy: GatewayThre
     with measured() as cost:
         response = upload(roomy.client(), bomb)
     assert_error(response, 413, "archive_entry_too_large", "'bomb.bin'", str(10 * GB))
-    assert cost.peak_bytes < 8 * MiB and cost.seconds < 5, cost
+    assert cost.peak_bytes < 8 * MiB, cost  # refused before unpacking: no 50 MB was made
 
 
 def test_zip_claiming_little_but_holding_more_is_cut_at_its_claim(roomy: GatewayThread) -> None:
@@ -607,7 +598,7 @@ def test_tar_gz_claiming_10_gb_is_refused_at_its_header(roomy: GatewayThread) ->
         with measured() as cost:
             response = upload(roomy.client(), make_tgz([(info, None)], fmt))
         assert_error(response, 413, "archive_entry_too_large", "'bomb.bin'")
-        assert cost.peak_bytes < 4 * MiB and cost.seconds < 5, cost
+        assert cost.peak_bytes < 4 * MiB, cost
 
 
 def pax_record(key: str, value: bytes) -> bytes:
@@ -711,13 +702,7 @@ def test_background_run_with_an_archive(runner: GatewayThread) -> None:
         {"language": "bash", "archive": archive, "code": "cat data/msg.txt", "background": True},
     )
     assert response.status == 202, response.body
-    run_id = response.json()["id"]
-    deadline = time.monotonic() + 60
-    while True:
-        record = client.request("GET", f"/v1/runs/{run_id}").json()
-        if record["status"] not in ("queued", "running") or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    record = poll_run(client, response.json()["id"])
     assert record["status"] == "succeeded" and record["stdout"] == "from the archive\n", record
 
 
@@ -773,8 +758,7 @@ def test_an_upload_belongs_to_its_user(roomy: GatewayThread, tmp_path: Path) -> 
         "bob-token-0123456789ab": {"user": "bob", "role": "user"},
         "root-token-0123456789a": {"user": "root", "role": "admin"},
     }
-    token_file = tmp_path / "tokens.json"
-    token_file.write_text(json.dumps(tokens))
+    token_file = write_tokens(tmp_path, {t: (u["user"], u["role"]) for t, u in tokens.items()})
     server = start_gateway("local", tokens=token_file, allow_uploads=True)
     try:
         alice = server.client("alice-token-0123456789")
@@ -799,8 +783,9 @@ def test_uploads_expire_after_their_ttl() -> None:
         client = server.client()
         archive = upload_id(client, make_zip({"a.py": "print(1)"}))
         assert len(stored(server)) == 2  # the archive and its metadata
-        time.sleep(1.5)
-        response = client.request("POST", "/v1/runs", {"archive": archive, "entrypoint": "a.py"})
+        body = {"archive": archive, "entrypoint": "a.py"}
+        assert wait_for(lambda: client.request("POST", "/v1/runs", body).status == 404)
+        response = client.request("POST", "/v1/runs", body)
         assert_error(response, 404, "not_found", "expire")
         assert stored(server) == []  # swept
     finally:

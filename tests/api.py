@@ -1,0 +1,74 @@
+"""Helpers every test module shares: the API's error shape, token files, and waiting for a
+background run."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.support import Client, Response
+
+_ANY = object()
+
+FINAL = ("succeeded", "failed", "timed_out", "killed", "cancelled")
+
+
+def assert_error(
+    response: Response,
+    status: int,
+    code: str,
+    *mentions: str,
+    field: Any = _ANY,
+) -> dict[str, Any]:
+    """The API's error answer: JSON `{"error": {code, message, field?}}` with this status and
+    code, a non-empty message naming each of `mentions`, and (if given) this `field`."""
+    assert response.status == status, (response.status, response.body[:1000])
+    assert (response.headers["Content-Type"] or "").startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert set(error) <= {"code", "message", "field"}, error
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"], error
+    for mention in mentions:
+        assert mention in error["message"], error
+    if field is not _ANY:
+        assert error.get("field") == field, error
+    return error
+
+
+def write_tokens(folder: Path, users: Mapping[str, tuple[str, str]]) -> Path:
+    """A token file `{token: {"user", "role"}}` in `folder`, from `{token: (user, role)}`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tokens.json"
+    table = {token: {"user": user, "role": role} for token, (user, role) in users.items()}
+    path.write_text(json.dumps(table))
+    return path
+
+
+def poll_run(
+    client: Client,
+    run_id: str,
+    until: Callable[[dict[str, Any]], bool] = lambda r: r["status"] in FINAL,
+    timeout: float = 60,
+) -> dict[str, Any]:
+    """GET the run until `until(record)` holds (by default: it is final); the record then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.request("GET", f"/v1/runs/{run_id}")
+        assert response.status == 200, response.body[:500]
+        record: dict[str, Any] = response.json()
+        if until(record):
+            return record
+        assert time.monotonic() < deadline, f"gave up waiting after {timeout} s: {record}"
+        time.sleep(0.1)
+
+
+def submit(client: Client, body: dict[str, Any]) -> str:
+    """POST a background run; its id."""
+    response = client.request("POST", "/v1/runs", {**body, "background": True})
+    assert response.status == 202, response.body[:1000]
+    return str(response.json()["id"])

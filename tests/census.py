@@ -1,0 +1,265 @@
+"""The leak census every test must pass, independent of how the gateway finds its sandboxes.
+
+Processes: the pytest process is made a *child subreaper* at session start
+(`prctl(PR_SET_CHILD_SUBREAPER)`), so that every process a sandbox leaves behind is
+reparented to pytest instead of init, however it detached itself (`setsid`, a double fork,
+`env -i` to drop the gateway's marker). A leaked process is then a live (non-zombie)
+descendant of pytest, found through the ppid links of `/proc/*/stat`, minus the processes
+the test harness owns on purpose (`harness_owned`: a gateway in its own process while it
+runs, the browser of the page tests). Nothing here ever reaps a process: a dead orphan stays
+a zombie of pytest, which the census ignores, so no exit status is taken from the
+`subprocess`/`asyncio` code that waits for its own children.
+
+Docker: containers and volumes labelled with the instance id of a gateway this session
+started, asked of the engine through the Docker SDK. A census that cannot ask (no engine,
+a timeout, an API error) raises `CensusError`: the test fails, it never reads as clean.
+
+Also folders under the temp dir and cgroups named after our instances.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+LABEL_INSTANCE = "gateway.instance"
+
+# Instance ids of the gateways this test process started (the census looks only at theirs,
+# so that test runs of other checkouts on the same machine do not count), and those of them
+# that may have used Docker.
+INSTANCES: set[str] = set()
+DOCKER_INSTANCES: set[str] = set()
+
+
+class CensusError(RuntimeError):
+    """The census could not be taken: a test must fail, not pass as clean."""
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def become_subreaper() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise CensusError(
+            f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}"
+        )
+
+
+def is_subreaper() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(0)
+    if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) != 0:
+        return False
+    return flag.value != 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    state: str
+    start: int  # start time in clock ticks since boot: a pid plus this names one process
+    command: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} (parent {self.ppid}): {self.command}"
+
+
+def _read_proc(pid: int) -> Proc | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    name_end = stat.rindex(")")
+    fields = stat[name_end + 2 :].split()
+    text = command.replace(b"\0", b" ").decode(errors="replace").strip()
+    if not text:
+        text = "[" + stat[stat.index("(") + 1 : name_end] + "]"
+    return Proc(pid, int(fields[1]), fields[0], int(fields[19]), text[:160])
+
+
+def process_table() -> dict[int, Proc]:
+    table = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            proc = _read_proc(int(entry.name))
+            if proc is not None:
+                table[proc.pid] = proc
+    return table
+
+
+def descendants(root: int, table: dict[int, Proc] | None = None) -> list[Proc]:
+    """Every process below `root` (zombies included), by ppid links."""
+    table = process_table() if table is None else table
+    children: dict[int, list[Proc]] = {}
+    for proc in table.values():
+        children.setdefault(proc.ppid, []).append(proc)
+    found: list[Proc] = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child.pid)
+    return found
+
+
+# Processes the harness owns on purpose: (pid, start time) -> what it is. They and their
+# descendants are not leaks while they live.
+_OWNED: dict[tuple[int, int], str] = {}
+
+
+def own(pid: int, what: str) -> None:
+    """Declare a live process (and what it starts) the harness's own, not a leak."""
+    proc = _read_proc(pid)
+    if proc is not None:
+        _OWNED[(proc.pid, proc.start)] = what
+
+
+def disown(pid: int) -> None:
+    for key in [k for k in _OWNED if k[0] == pid]:
+        del _OWNED[key]
+
+
+@contextlib.contextmanager
+def harness_owned(what: str) -> Iterator[None]:
+    """Every child this process starts inside the block is the harness's own (say, the
+    Playwright driver that starts Chromium), for as long as it lives."""
+    before = {p.pid for p in descendants(os.getpid()) if p.ppid == os.getpid()}
+    yield
+    for proc in descendants(os.getpid()):
+        if proc.ppid == os.getpid() and proc.pid not in before and proc.state != "Z":
+            _OWNED[(proc.pid, proc.start)] = what
+
+
+def stray_processes() -> list[str]:
+    """Live descendants of pytest that the harness does not own: leaked sandbox processes."""
+    return [str(p) for p in _strays()]
+
+
+def stray_pids() -> list[int]:
+    return [p.pid for p in _strays()]
+
+
+def _strays() -> list[Proc]:
+    if not is_subreaper():
+        raise CensusError("pytest is not a child subreaper: orphaned processes would escape")
+    me = os.getpid()
+    table = process_table()
+    owned: set[int] = set()
+    for (pid, start), _ in list(_OWNED.items()):
+        proc = table.get(pid)
+        if proc is None or proc.start != start or proc.state == "Z":
+            del _OWNED[(pid, start)]  # it ended: what it leaves behind counts again
+            continue
+        owned.add(pid)
+        owned.update(p.pid for p in descendants(pid, table))
+    return [p for p in descendants(me, table) if p.state != "Z" and p.pid not in owned]
+
+
+# --- folders and cgroups --------------------------------------------------------------------
+
+
+def _prefixes() -> tuple[str, ...]:
+    return tuple(f"gw{ident[:6]}-" for ident in INSTANCES)
+
+
+def sandbox_folders() -> list[str]:
+    tmp = Path(tempfile.gettempdir())
+    return sorted(str(p) for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
+
+
+def sandbox_cgroups() -> list[str]:
+    root = Path("/sys/fs/cgroup")
+    names = [f"gateway-{p}" for p in _prefixes()]
+    return sorted(
+        str(p) for name in names for p in [*root.glob(f"*/{name}*"), *root.glob(f"{name}*")]
+    )
+
+
+# --- Docker -----------------------------------------------------------------------------------
+
+_docker: dict[str, Any] = {}
+
+
+def _docker_client() -> Any:
+    if "client" not in _docker:
+        import docker
+
+        _docker["client"] = docker.from_env(timeout=30)
+    return _docker["client"]
+
+
+def close() -> None:
+    """Close the census's Docker client (at the end of the session, or after a failure)."""
+    client = _docker.pop("client", None)
+    if client is not None:
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+def docker_leftovers() -> list[str]:
+    """Containers and volumes of our Docker gateways; raises CensusError if it cannot ask."""
+    if not DOCKER_INSTANCES:
+        return []
+    try:
+        client = _docker_client()
+        selector = {"label": LABEL_INSTANCE}
+        # sparse: one list call, no inspect of each (which races with removals)
+        containers = client.containers.list(all=True, sparse=True, filters=selector)
+        volumes = client.volumes.list(filters=selector)
+    except Exception as exc:  # any failure to ask is a failed census, never a clean one
+        close()
+        raise CensusError(f"the Docker census failed: {exc!r}") from exc
+    found = [
+        f"container {','.join(c.attrs.get('Names') or [c.id])} ({c.attrs.get('State')})"
+        for c in containers
+        if (c.attrs.get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
+    ]
+    found += [
+        f"volume {v.name}"
+        for v in volumes
+        if ((v.attrs or {}).get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
+    ]
+    return found
+
+
+def census() -> list[str]:
+    """Everything a sandbox left behind; empty when clean. Raises CensusError if it cannot tell."""
+    found = [f"process {p}" for p in stray_processes()]
+    return found + sandbox_folders() + sandbox_cgroups() + docker_leftovers()
+
+
+def sandboxes_exist() -> bool:
+    """Whether some sandbox of ours is there now (a folder, a cgroup or a container)."""
+    return bool(sandbox_folders() or sandbox_cgroups() or docker_leftovers())
+
+
+def clean_up() -> None:
+    """After a failed census: kill the stray processes and remove our folders and containers,
+    so that one leak fails one test, not every test after it."""
+    import shutil
+    import signal
+
+    for pid in stray_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for folder in sandbox_folders():
+        shutil.rmtree(folder, ignore_errors=True)
+    if DOCKER_INSTANCES:
+        with contextlib.suppress(Exception):
+            client = _docker_client()
+            selector = {"label": LABEL_INSTANCE}
+            for container in client.containers.list(all=True, sparse=True, filters=selector):
+                if (container.attrs.get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES:
+                    container.remove(force=True)

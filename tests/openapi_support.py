@@ -1,0 +1,46 @@
+"""What the OpenAPI tests share: the document, and validating answers against its schemas
+and its error codes. (The gateway they share, `fuzz_gateway`, is in conftest.py.)"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import jsonschema
+
+from gateway.openapi import ERROR_CODES, build_document
+
+# the token of `fuzz_gateway` (conftest.py); made here, in a module imported only once
+FUZZ_TOKEN = "fuzz-" + secrets.token_hex(16)
+
+DOC = build_document()
+METHODS = ("get", "post", "put", "delete", "patch")
+
+
+def schema_validator(name: str) -> jsonschema.Draft202012Validator:
+    """A validator for one component schema (its $refs resolve inside the document)."""
+    root = {"$ref": f"#/components/schemas/{name}", "components": DOC["components"]}
+    return jsonschema.Draft202012Validator(root, format_checker=jsonschema.FormatChecker())
+
+
+def assert_valid(name: str, instance: Any) -> None:
+    errors = sorted(schema_validator(name).iter_errors(instance), key=lambda e: list(e.path))
+    assert not errors, f"{name}: " + "; ".join(
+        f"{list(e.absolute_path)}: {e.message[:300]}" for e in errors[:5]
+    )
+
+
+def error_codes(path: str | None, method: str | None, status: int) -> set[str]:
+    codes = set(ERROR_CODES.get(status, []))
+    if path is not None and method is not None:
+        operation = DOC["paths"][path][method]
+        codes |= set(operation.get("x-error-codes", {}).get(str(status), []))
+    return codes
+
+
+def assert_error_answer(status: int, body: Any, path: str | None, method: str | None) -> None:
+    assert_valid("Error", body)
+    code = body["error"]["code"]
+    assert code in error_codes(path, method, status), f"{status} {code} is not documented"
+    if path is not None and method is not None:
+        assert str(status) in DOC["paths"][path][method]["responses"], (path, method, status)

@@ -1,0 +1,80 @@
+"""The leak census itself (census.py) can fail: it sees a process that hid from the gateway's
+own ways of finding its sandboxes, it takes no exit status from anyone, and a census it
+cannot take fails instead of reading as clean."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import census
+from tests.support import free_port, wait_for
+
+
+def test_pytest_is_a_child_subreaper() -> None:
+    assert census.is_subreaper()
+
+
+@pytest.fixture
+def escaped() -> Iterator[list[int]]:
+    """A `sleep` that dropped its environment and its session, then lost its parent."""
+    shell = subprocess.run(
+        ["sh", "-c", "env -i setsid sleep 1000 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pids = [int(shell.stdout)]
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_process_that_detached_itself_is_seen_and_named(escaped: list[int]) -> None:
+    [pid] = escaped
+    assert wait_for(lambda: pid in census.stray_pids(), timeout=10), census.stray_processes()
+    assert any(f"pid {pid} " in line and "sleep 1000" in line for line in census.census())
+    assert Path(f"/proc/{pid}/environ").read_bytes() == b""  # no marker left to find it by
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: pid not in census.stray_pids(), timeout=10)  # a zombie now: ignored
+
+
+def test_zombies_are_ignored_and_their_status_stays_with_their_parent() -> None:
+    child = subprocess.Popen(["sh", "-c", "exit 7"])
+    table_state = lambda: census.process_table().get(child.pid)  # noqa: E731
+    assert wait_for(lambda: (p := table_state()) is not None and p.state == "Z", timeout=10)
+    assert child.pid not in census.stray_pids()
+    assert child.wait(10) == 7  # the census never reaped it
+
+
+def test_harness_owned_processes_count_only_while_they_live() -> None:
+    with census.harness_owned("a test helper"):
+        helper = subprocess.Popen(["sh", "-c", "sleep 1000 & exec sleep 1000"])
+    try:
+        assert wait_for(lambda: len(census.descendants(helper.pid)) == 1, timeout=10)
+        assert census.stray_pids() == []
+        [grandchild] = census.descendants(helper.pid)
+    finally:
+        helper.kill()
+        helper.wait(10)
+    # its child outlived it: reparented to pytest, and a leak again
+    assert wait_for(lambda: grandchild.pid in census.stray_pids(), timeout=10)
+    os.kill(grandchild.pid, signal.SIGKILL)
+    assert wait_for(lambda: census.stray_pids() == [], timeout=10)
+
+
+def test_a_docker_census_that_cannot_ask_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(census, "DOCKER_INSTANCES", {"t-census-self-test"})
+    monkeypatch.setattr(census, "_docker", {})
+    # nothing listens there (a unix socket path that does not exist makes docker-py leak a
+    # socket, which pytest would report as an unraisable warning)
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{free_port()}")
+    with pytest.raises(census.CensusError, match="Docker census failed"):
+        census.census()
