@@ -1,12 +1,12 @@
 """The local backend's last resort, on a machine with neither bubblewrap nor a cgroup it may
-write: a kernel is a process group in a session of its own, and the kill finds the rest by
-the `GATEWAY_SANDBOX=` marker in their environment. These tests force that mode (by
+write (and no root to change users): the kernel runs under `kernels.reaper`, a child
+subreaper that kills every descendant with the sandbox. These tests force that mode (by
 answering the backend's feature probe as such a machine would) and check that nothing a run
-starts outlives it, found by the census (census.py), which does not use the marker.
+starts outlives it, found by the census (census.py), which shares nothing with the reaper.
 
-`test_a_child_that_drops_its_environment_and_session_is_killed` fails on today's gateway:
-`env -i setsid sleep 1000 &` leaves both the kernel's session and the marker behind (issue
-15, finding 1); the fix belongs to the local backend's fallback kill.
+`test_a_child_that_drops_its_environment_and_session_is_killed` failed before the reaper:
+`env -i setsid sleep 1000 &` escaped the old kill, which looked for an environment marker
+(issue 15, finding 1).
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ from tests.support import GatewayThread, wait_for
 
 @pytest.fixture
 def fallback(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatewayThread]:
-    monkeypatch.setattr(
-        local, "probe_features", lambda: local.LocalFeatures(bwrap=None, cgroups=False)
-    )
+    bare = local.LocalFeatures(bwrap=None, cgroups=False, drop_to=None)
+    monkeypatch.setattr(local, "probe_features", lambda settings: bare)
     server = GatewayThread(backend="local").start()
     try:
         backend = server.gateway.backend
         assert isinstance(backend, local.LocalBackend)
-        assert backend.features == local.LocalFeatures(bwrap=None, cgroups=False)
+        assert backend.features == bare
         yield server
     finally:
         server.stop()
