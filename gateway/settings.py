@@ -86,6 +86,11 @@ class Settings:
     tmp_bytes: int = _field(256 * MiB, "size of the sandbox's /tmp")
 
     docker_image: str = _field("gateway-kernel:latest", "kernel image for the docker backend")
+    docker_network: str | None = _field(
+        None,
+        "Docker network for runs with network: true (required with --allow-network on "
+        "Docker; create it with egress rules that keep runs off the host and metadata)",
+    )
     docker_call_timeout: float = _field(
         30.0, "longest one Docker engine call may take before the run fails, seconds"
     )

@@ -7,6 +7,12 @@ from typing import Any
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
 
 
+def is_saved_chart(output: dict[str, Any]) -> bool:
+    """An image our kernel published because the code called `savefig` (not a display)."""
+    meta = (output.get("metadata") or {}).get("gateway") or {}
+    return output.get("output_type") == "display_data" and meta.get("source") == "savefig"
+
+
 def charts_from_outputs(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     charts: list[dict[str, Any]] = []
     for output in outputs:

@@ -24,7 +24,7 @@ from typing import Any
 
 import zmq.asyncio
 
-from gateway.execution.charts import charts_from_outputs
+from gateway.execution.charts import charts_from_outputs, is_saved_chart
 from gateway.execution.collector import Caps
 from gateway.execution.runner import (
     close_sandbox,
@@ -68,6 +68,7 @@ class _Tally:
         self.display_cap = settings.display_cap_bytes
         self.notes: list[str] = []
         self.failed = False
+        self.charts: list[dict[str, Any]] = []  # the record's, in order, savefig ones too
         self.error: dict[str, Any] | None = None
         self.exit_code: int | None = 0
 
@@ -96,12 +97,18 @@ class _Tally:
         self.notes.extend(f"{name}: {note}" for note in collector.final_notes())
         kept, dropped = [], 0
         for output in collector.outputs():
+            if is_saved_chart(output):
+                # A chart written with savefig is the record's (`charts`), not the cell's:
+                # Jupyter shows nothing for a savefig call, and neither does the replay.
+                self.charts.extend(charts_from_outputs([output]))
+                continue
             if output["output_type"] in _RICH:
                 size = len(json.dumps(output))
                 if output["output_type"] != "error" and self.display + size > self.display_cap:
                     dropped += 1
                     continue
                 self.display += size
+                self.charts.extend(charts_from_outputs([output]))
             kept.append(output)
         if dropped:
             self.notes.append(
@@ -224,7 +231,7 @@ class NotebookExecution:
         record.stdout, record.stdout_truncated = self._text("stdout")
         record.stderr, record.stderr_truncated = self._text("stderr")
         record.output, record.output_truncated = self._text("output")
-        record.charts = charts_from_outputs(record.outputs)
+        record.charts = tally.charts
         record.error = tally.error
         record.notes.extend(tally.notes)
         record.exit_code = tally.exit_code if last.ending == "finished" else None

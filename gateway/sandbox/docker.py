@@ -148,6 +148,8 @@ class DockerBackend(SandboxBackend):
         timeout = max(1, int(self.settings.docker_call_timeout))
         pool = self.settings.max_concurrent_runs * 2 + KILL_WORKERS + 4
         self._client = await self.call(docker.from_env, timeout=timeout, max_pool_size=pool)
+        if self.settings.allow_network:
+            await self.call(self._check_network)
         removed = await self.call(self._remove_ours)
         if removed:
             log.warning(
@@ -169,6 +171,29 @@ class DockerBackend(SandboxBackend):
             self._client = None
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._kill_executor.shutdown(wait=False, cancel_futures=True)
+
+    def _check_network(self) -> None:
+        """`network: true` joins the operator's own network, never the host's or the
+        default bridge (which reaches the host, and through it the metadata address)."""
+        name = self.settings.docker_network
+        if not name:
+            raise RuntimeError(
+                "--allow-network on the Docker backend needs --docker-network NAME: a network "
+                "you created for runs, with egress rules that keep them off this host and "
+                "the cloud metadata address (README, 'Network for runs')."
+            )
+        try:
+            network = self.client.networks.get(name)
+        except docker.errors.NotFound:
+            raise RuntimeError(
+                f"--docker-network {name}: there is no such Docker network"
+            ) from None
+        driver = network.attrs.get("Driver")
+        if name in ("host", "bridge", "none") or driver in ("host", "null"):
+            raise RuntimeError(
+                f"--docker-network {name} ({driver}) would give runs the host's network or the "
+                "default bridge; create a network of their own"
+            )
 
     def _remove_ours(self) -> int:
         """Remove every container and volume of this instance (none is live when called)."""
@@ -268,7 +293,7 @@ class DockerSandbox(Sandbox):
             working_dir=WORKDIR,
             environment=env,
             labels=self.labels,
-            network_mode="bridge" if self.spec.network else "none",
+            network_mode=(settings.docker_network or "none") if self.spec.network else "none",
             read_only=True,
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777,nosuid,nodev"},
             mounts=mounts,

@@ -165,6 +165,12 @@ class LocalBackend(SandboxBackend):
 
     async def startup(self) -> None:
         self.features = await asyncio.to_thread(probe_features, self.settings)
+        if self.settings.tokens is not None and self.settings.allow_network:
+            raise RuntimeError(
+                "--allow-network with --tokens on the local backend would put other users' "
+                "runs on this host's own network (its loopback services, the metadata "
+                "address): refusing to start. Use the Docker backend with --docker-network."
+            )
         if self.settings.tokens is not None and self.features.bwrap is None:
             raise RuntimeError(
                 "--tokens makes this gateway multi-user, but bubblewrap is missing or does "
