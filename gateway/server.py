@@ -48,6 +48,7 @@ class Gateway:
         self.port = settings.port
         self.backend_reason = ""
         self._server: tornado.httpserver.HTTPServer | None = None
+        self._sockets: list[socket.socket] = []
         self._expiry: asyncio.Task[None] | None = None
         self.services: Services | None = None
         self.backend: SandboxBackend | None = None
@@ -67,6 +68,7 @@ class Gateway:
         sockets = tornado.netutil.bind_sockets(
             settings.port, settings.host, family=socket.AF_UNSPEC
         )  # first: a port in use fails before anything else was started
+        self._sockets = sockets  # closed by stop() until the HTTP server owns them
         self.port = sockets[0].getsockname()[1]
         backend, self.backend_reason = await choose_backend(settings)
         log.info("%s", self.backend_reason)
@@ -99,6 +101,7 @@ class Gateway:
             idle_connection_timeout=3600,
         )
         self._server.add_sockets(sockets)
+        self._sockets = []
         self._expiry = asyncio.create_task(self._expire_records())
         log.info("listening on http://%s:%d", settings.host, self.port)
 
@@ -114,6 +117,9 @@ class Gateway:
         Safe on a gateway that started only partly."""
         if self._server is not None:
             self._server.stop()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
         if self.services is not None:
             await self.services.runs.drain()
             for stream in list(self.services.open_streams):
