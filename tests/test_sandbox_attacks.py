@@ -364,3 +364,20 @@ def test_without_a_cgroup_rlimits_stand_in(monkeypatch: pytest.MonkeyPatch) -> N
         assert 64 <= int(nproc) < 100_000
     finally:
         server.stop()
+
+
+# --- hole 7, inside the kernel: a huge error or display arrives cut, not lost -------------
+
+
+def test_a_huge_error_or_display_arrives_cut_instead_of_lost(client: Client) -> None:
+    record = client.run(code="raise ValueError('A' * 30_000_000)", timeout=60)
+    assert record["status"] == "failed" and not record["timed_out"], record["notes"]
+    error = record["error"]
+    assert error["ename"] == "ValueError" and "characters truncated" in error["evalue"]
+    assert len(error["evalue"]) < 70_000
+    assert sum(map(len, error["traceback"])) < 2 * 1024 * 1024
+    assert [o["output_type"] for o in record["outputs"]] == ["error"]
+    shown = client.run(code="from IPython.display import HTML\nHTML('<b>' * 10_000_000)")
+    assert shown["status"] == "succeeded", shown["notes"]
+    (output,) = shown["outputs"]
+    assert "was not sent" in output["data"]["text/plain"] and "text/html" not in output["data"]

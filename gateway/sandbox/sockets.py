@@ -55,8 +55,10 @@ def _lock(folder: str, paths: list[str], uid: int) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if os.geteuid() == 0:
-            os.fchown(fd, 0, 0)
+            # mode first: the kernel may still be reading its connection file in there,
+            # and must never meet a folder it cannot enter
             os.fchmod(fd, 0o755)
+            os.fchown(fd, 0, 0)
         for path in paths:
             info = os.stat(os.path.basename(path), dir_fd=fd, follow_symlinks=False)
             if not stat.S_ISSOCK(info.st_mode) or (os.geteuid() == 0 and info.st_uid != uid):

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernels.python import caps
 from kernels.python.chartspec import figure_spec
 
 _RESERVED = frozenset({"input", "result", "output"})
@@ -268,6 +269,7 @@ def _seed_font_cache() -> None:
 
 
 def load_ipython_extension(ipython: Any) -> None:
+    caps.install(ipython)
     try:
         _seed_font_cache()
     except OSError as exc:  # only slower charts: matplotlib builds its own cache

@@ -1,0 +1,288 @@
+"""Soak: many runs of every kind against one gateway process, then count what it left.
+
+Starts `python -m gateway serve` (Docker by default) in a process of its own, sends `--runs`
+runs at `--concurrency`, mixing successes, errors, timeouts, limit kills (memory, pids,
+output), floods, cancels, kernel crashes and hostile code (foreign-parent floods, oversized
+messages, huge error values, escaping links, fork bombs), then reports:
+
+- the answers by case and status (every request must get an answer; no 5xx);
+- the gateway's memory (RSS), open descriptors and threads after a warm-up and at the end;
+- what is left once the gateway stopped: containers and volumes of its instance, temp
+  folders, cgroups and processes.
+
+It exits 1 when anything leaked, a request got a 5xx or no answer, or memory grew by more
+than `--max-growth` (10 %) after the warm-up. A script, not a test (timings are never
+asserted); `tests/test_soak.py` runs a short variant in CI.
+
+    .venv/bin/python bench/soak.py --runs 1000 [--concurrency 4] [--backend docker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import http.client
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+MiB = 1024 * 1024
+
+# name -> (weight, request body, statuses it may end with)
+Case = tuple[int, dict[str, Any], frozenset[str]]
+OK = frozenset({"succeeded"})
+FAILED = frozenset({"failed"})
+KILLED = frozenset({"killed"})
+FOREIGN = (
+    "k = get_ipython().kernel\n"
+    "p = {'header': {'msg_id': 'x', 'msg_type': 'execute_request', 'session': 's',\n"
+    "     'username': 'u', 'date': '', 'version': '5.3'}}\n"
+    "for _ in range(120): k.session.send(k.iopub_socket, 'stream',\n"
+    "    {'name': 'stdout', 'text': 'x' * 100_000}, parent=p)\n"
+    "import time; time.sleep(30)\n"
+)
+CASES: dict[str, Case] = {
+    "print": (20, {"code": "print(1)"}, OK),
+    "bash": (8, {"language": "bash", "code": "echo hi; echo err >&2"}, OK),
+    "chart": (6, {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])"}, OK),
+    "files": (
+        6,
+        {
+            "code": "open('out.txt', 'w').write(open('in.txt').read() * 2)",
+            "files": [{"path": "in.txt", "content": "ab"}],
+            "return_files": ["out.txt", "../../etc/passwd", "*.txt"],
+        },
+        OK,
+    ),
+    "error": (8, {"code": "raise ValueError('boom')"}, FAILED),
+    "exit": (4, {"language": "bash", "code": "exit 3"}, FAILED),
+    "crash": (4, {"code": "import os\nos._exit(9)"}, FAILED),
+    "timeout": (5, {"code": "while True: pass", "timeout": 1}, frozenset({"timed_out"})),
+    "memory": (
+        3,
+        {"code": "x = bytearray(900 * 1024 * 1024)\nx[::4096] = b'1' * len(x[::4096])"},
+        KILLED,
+    ),
+    "fork_bomb": (
+        2,
+        {"language": "bash", "code": ":(){ :|:& };:\nsleep 5", "timeout": 10},
+        KILLED | OK | frozenset({"timed_out", "failed"}),  # bash may outlive the storm
+    ),
+    "flood": (4, {"code": "print('x' * 10_000_000)"}, OK | KILLED),
+    "foreign_flood": (3, {"code": FOREIGN, "timeout": 20}, KILLED),
+    "huge_error": (3, {"code": "raise ValueError('A' * 30_000_000)"}, FAILED),
+    "links": (
+        3,
+        {
+            "language": "bash",
+            "code": "ln -s /etc/passwd p; ln -s / root; mkfifo f",
+            "return_files": ["p", "root/etc/shadow", "f", "**/*"],
+        },
+        OK,
+    ),
+    "cancel": (
+        5,
+        {"code": "import time\ntime.sleep(60)", "background": True},
+        frozenset({"cancelled"}),
+    ),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Gateway:
+    """The gateway under test, in a process of its own."""
+
+    def __init__(self, backend: str, workdir: Path) -> None:
+        self.instance = "soak" + secrets.token_hex(6)
+        self.port = free_port()
+        self.data_dir = workdir / "data"
+        self.data_dir.mkdir(parents=True)
+        command = [sys.executable, "-m", "gateway", "serve", "--backend", backend]
+        command += ["--port", str(self.port), "--data-dir", str(self.data_dir)]
+        command += ["--instance-id", self.instance, "--output-limit-bytes", str(8 * MiB)]
+        command += ["--max-queued-runs", "64", "--max-runs-per-user", "64"]
+        image = os.environ.get("GATEWAY_DOCKER_IMAGE")
+        if image:
+            command += ["--docker-image", image]
+        self.log = (workdir / "gateway.log").open("ab")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, cwd=REPO)
+        deadline = time.monotonic() + 60
+        while not self.answers():
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"the gateway did not start; see {workdir / 'gateway.log'}")
+            time.sleep(0.2)
+
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float = 180
+    ) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+        finally:
+            conn.close()
+
+    def answers(self) -> bool:
+        try:
+            return self.request("GET", "/v1/health", timeout=2)[0] == 200
+        except OSError:
+            return False
+
+    def resources(self) -> dict[str, int]:
+        pid = self.process.pid
+        status = Path(f"/proc/{pid}/status").read_text()
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        return {
+            "rss_bytes": int(fields["VmRSS"].split()[0]) * 1024,
+            "threads": int(fields["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        }
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(120)
+        self.log.close()
+        return code
+
+
+def one_run(gateway: Gateway, name: str, body: dict[str, Any]) -> tuple[str, str]:
+    """Send one run; its final status (or what went wrong) for the tally."""
+    try:
+        code, answer = gateway.request("POST", "/v1/runs", body)
+        if code == 202:
+            run_id = answer["id"]
+            while gateway.request("GET", f"/v1/runs/{run_id}")[1]["status"] == "queued":
+                time.sleep(0.05)
+            code, answer = gateway.request("DELETE", f"/v1/runs/{run_id}")
+        if code >= 500:
+            return name, f"http {code}"
+        if code != 200:
+            return name, f"http {code} {answer['error']['code']}"
+        return name, str(answer["status"])
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as exc:
+        return name, f"no answer ({exc.__class__.__name__})"
+
+
+def leftovers(instance: str) -> dict[str, list[str]]:
+    prefix = f"gw{instance[:6]}-"
+    found: dict[str, list[str]] = {
+        "folders": sorted(str(p) for p in Path(tempfile.gettempdir()).glob(prefix + "*")),
+        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/gateway-{prefix}*")),
+        "containers": [],
+        "volumes": [],
+    }
+    if shutil.which("docker"):
+        label = f"label=gateway.instance={instance}"
+        for kind, command in (("containers", ["ps", "-aq"]), ("volumes", ["volume", "ls", "-q"])):
+            out = subprocess.run(
+                ["docker", *command, "--filter", label],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            found[kind] = out.stdout.split()
+    return found
+
+
+def soak(args: argparse.Namespace) -> dict[str, Any]:
+    names = list(CASES)
+    weights = [CASES[n][0] for n in names]
+    rng = random.Random(args.seed)
+    plan = rng.choices(names, weights=weights, k=args.runs)
+    warmup = max(1, args.runs // 10)
+    workdir = Path(tempfile.mkdtemp(prefix="soak-"))
+    gateway = Gateway(args.backend, workdir)
+    tally: collections.Counter[tuple[str, str]] = collections.Counter()
+    started = time.monotonic()
+    after_warmup: dict[str, int] = {}
+    try:
+        send: Callable[[str], tuple[str, str]] = lambda n: one_run(gateway, n, CASES[n][1])  # noqa: E731
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            for name, status in pool.map(send, plan[:warmup]):
+                tally[(name, status)] += 1
+            after_warmup = gateway.resources()
+            for name, status in pool.map(send, plan[warmup:]):
+                tally[(name, status)] += 1
+        at_end = gateway.resources()
+        exit_code = gateway.stop()
+    except BaseException:
+        gateway.process.kill()
+        raise
+    seconds = time.monotonic() - started
+    left = leftovers(gateway.instance)
+    unexpected = {
+        f"{name}: {status}": count
+        for (name, status), count in tally.items()
+        if status not in CASES[name][2]
+    }
+    growth = at_end["rss_bytes"] / after_warmup["rss_bytes"] - 1
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "backend": args.backend,
+        "runs": args.runs,
+        "concurrency": args.concurrency,
+        "seconds": round(seconds, 1),
+        "statuses": {f"{n}: {s}": c for (n, s), c in sorted(tally.items())},
+        "unexpected": unexpected,
+        "after_warmup": after_warmup,
+        "at_end": at_end,
+        "rss_growth": round(growth, 4),
+        "gateway_exit_code": exit_code,
+        "leftovers": left,
+    }
+    result["ok"] = (
+        exit_code == 0
+        and not any(left.values())
+        and growth <= args.max_growth
+        and not any(s.startswith(("http 5", "no answer")) for _, s in tally)
+        and at_end["fds"] <= after_warmup["fds"]
+        and at_end["threads"] <= after_warmup["threads"]
+    )
+    shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--backend", default="docker", choices=["docker", "local"])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-growth", type=float, default=0.10)
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    args = parser.parse_args()
+    result = soak(args)
+    args.results.mkdir(parents=True, exist_ok=True)
+    out = args.results / f"soak-{args.backend}-{args.runs}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    print(f"{'OK' if result['ok'] else 'FAILED'}: written to {out}", file=sys.stderr)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "soak"
+    sys.exit(main())
