@@ -22,6 +22,7 @@ import pytest
 import tornado.httpclient
 import tornado.websocket
 
+from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.invalid_requests import RUN_FIELD_ERRORS
 from tests.support import GatewayThread, wait_for
@@ -368,8 +369,7 @@ def test_a_message_over_the_size_cap_closes_the_connection() -> None:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: {"user": "alice", "role": "user"}}))
+    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("alice", "user")})
     server = start_gateway("local", tokens=tokens, allowed_origins=("https://app.example",))
     try:
         yield server
