@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,16 +14,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import REPO, GatewayThread
+from tests.support import REPO, GatewayThread, free_port
 
 TOKEN = "cli-test-token-0123456789"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: {"user": "cli", "role": "user"}}))
+    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("cli", "user")})
     gateway = start_gateway("local", tokens=tokens)
     try:
         yield gateway
@@ -148,13 +147,6 @@ def test_a_succeeding_notebook_exits_0(server: GatewayThread, tmp_path: Path) ->
 
 
 # --- errors --------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.mark.parametrize(

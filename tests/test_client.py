@@ -4,9 +4,7 @@ raised as `GatewayClientError` with the API's code, message and field."""
 from __future__ import annotations
 
 import io
-import json
 import secrets
-import socket
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +13,9 @@ import pytest
 
 import gateway.client
 from gateway.client import GatewayClient, GatewayClientError
+from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import GatewayThread
+from tests.support import GatewayThread, free_port
 
 
 @pytest.fixture
@@ -100,11 +99,8 @@ def test_error_answers_raise_with_code_message_and_field(api: GatewayClient) -> 
 
 
 def test_unreachable_gateway_is_a_client_error() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     with pytest.raises(GatewayClientError) as caught:
-        GatewayClient(f"http://127.0.0.1:{port}", timeout=5).health()
+        GatewayClient(f"http://127.0.0.1:{free_port()}", timeout=5).health()
     assert (caught.value.status, caught.value.code) == (0, "unreachable")
 
 
@@ -119,8 +115,7 @@ TOKEN = "client-" + secrets.token_hex(16)
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
     """A local gateway with a token, uploads enabled and one run per user at a time."""
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: {"user": "alice", "role": "user"}}))
+    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("alice", "user")})
     server = start_gateway("local", tokens=tokens, allow_uploads=True, max_runs_per_user=1)
     try:
         yield server

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from gateway.server import Gateway
 from gateway.settings import load
+from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.support import (
     Client,
@@ -22,15 +22,8 @@ ANN, BOB, ROOT = "ann-token-0123456789", "bob-token-0123456789", "admin-token-01
 
 @pytest.fixture
 def multi(backend_name: str, tmp_path: Path) -> Iterator[GatewayThread]:
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(
-        json.dumps(
-            {
-                ANN: {"user": "ann", "role": "user"},
-                BOB: {"user": "bob", "role": "user"},
-                ROOT: {"user": "root", "role": "admin"},
-            }
-        )
+    tokens = write_tokens(
+        tmp_path, {ANN: ("ann", "user"), BOB: ("bob", "user"), ROOT: ("root", "admin")}
     )
     shared = tmp_path / "shared"
     shared.mkdir()
