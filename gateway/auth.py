@@ -36,6 +36,11 @@ class TokenTable:
     def enabled(self) -> bool:
         return bool(self._entries)
 
+    @property
+    def multi_user(self) -> bool:
+        """More than one user: tenants who must be kept apart from each other."""
+        return len({principal.user for _, principal in self._entries}) > 1
+
     @classmethod
     def load(cls, path: Path | None) -> TokenTable:
         if path is None:

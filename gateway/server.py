@@ -70,7 +70,7 @@ class Gateway:
         )  # first: a port in use fails before anything else was started
         self._sockets = sockets  # closed by stop() until the HTTP server owns them
         self.port = sockets[0].getsockname()[1]
-        backend, self.backend_reason = await choose_backend(settings)
+        backend, self.backend_reason = await choose_backend(settings, self.tokens.multi_user)
         log.info("%s", self.backend_reason)
         if not self.tokens.enabled:
             log.warning("no --tokens file: single-user mode, listening on loopback only")
@@ -92,9 +92,9 @@ class Gateway:
         self.context.setsockopt(zmq.RCVHWM, KERNEL_RCVHWM)
         self.context.setsockopt(zmq.LINGER, 0)
         metrics = Metrics()
-        runs = RunService(settings, backend, self.store, self.context, metrics)
-        self.services = Services(settings, runs, self.tokens, backend, metrics)
-        self.services.extra["uploads"] = UploadStore(settings)
+        uploads = UploadStore(settings)
+        runs = RunService(settings, backend, self.store, self.context, metrics, uploads)
+        self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
         self._server = tornado.httpserver.HTTPServer(
             make_app(self.services),
             max_body_size=settings.max_body_bytes * 4,

@@ -195,19 +195,22 @@ def refusal(**overrides: Any) -> str:
 
 
 def test_multi_user_never_falls_back_to_local_silently(tmp_path: Path) -> None:
-    tokens = write_tokens(tmp_path, {"t" * 20: ("ann", "user")})
+    tokens = write_tokens(tmp_path, {"t" * 20: ("ann", "user"), "u" * 20: ("bob", "user")})
     message = refusal(backend="auto", tokens=tokens, docker_image="gateway-kernel:no-such-tag")
     assert "--allow-local-multi-user" in message and "docker/build.sh" in message
     message = refusal(backend="local", tokens=tokens, allow_local_multi_user=False)
     assert "--allow-local-multi-user" in message
     message = refusal(backend="local", tokens=tokens, allow_network=True)
     assert "--allow-network" in message
+    # one user behind a token (what `gateway mcp` does for its own port) is no tenant mix
+    alone = write_tokens(tmp_path / "alone", {"t" * 20: ("ann", "user")})
+    GatewayThread(backend="local", tokens=alone, allow_local_multi_user=False).start().stop()
 
 
 def test_multi_user_local_needs_bubblewrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bare = local.LocalFeatures(bwrap=None, cgroups=True, drop_to=(SANDBOX_ID, SANDBOX_ID))
     monkeypatch.setattr(local, "probe_features", lambda settings: bare)
-    tokens = write_tokens(tmp_path, {"t" * 20: ("ann", "user")})
+    tokens = write_tokens(tmp_path, {"t" * 20: ("ann", "user"), "u" * 20: ("bob", "user")})
     assert "bubblewrap" in refusal(backend="local", tokens=tokens)
 
 

@@ -24,8 +24,9 @@ OutputListener = Callable[[dict[str, Any], str | None, bool], None]
 @dataclasses.dataclass(frozen=True)
 class Caps:
     stream_bytes: int
-    display_bytes: int
-    limit_bytes: int
+    display_bytes: int  # rich output this cell may still add
+    limit_bytes: int  # output (all bytes the kernel sends) past which the cell is killed
+    display_total: int | None = None  # the run's whole rich-output budget, for notes
 
 
 @dataclasses.dataclass
@@ -216,6 +217,7 @@ class OutputCollector:
         if self._dropped_displays:
             notes.append(
                 f"{self._dropped_displays} rich output(s) were not returned: the limit of "
-                f"{self.caps.display_bytes} bytes of rich output was reached."
+                f"{self.caps.display_total or self.caps.display_bytes} bytes of rich output "
+                "was reached."
             )
         return notes

@@ -25,6 +25,7 @@ from gateway.metrics import Metrics
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
+from gateway.uploads.store import UploadStore
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class Services:
     tokens: TokenTable
     backend: SandboxBackend
     metrics: Metrics
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    uploads: UploadStore | None = None
     # open WebSocket connections, closed by `Gateway.stop` after the drain
     open_streams: set[tornado.websocket.WebSocketHandler] = dataclasses.field(default_factory=set)
 

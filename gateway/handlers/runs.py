@@ -7,7 +7,7 @@ import nbformat
 from gateway.handlers.base import BaseHandler
 from gateway.runs.notebook import record_to_notebook
 from gateway.runs.validation import parse_run_request
-from gateway.uploads.attach import resolve_archive
+from gateway.uploads.attach import check_archive
 
 
 class RunsHandler(BaseHandler):
@@ -15,14 +15,14 @@ class RunsHandler(BaseHandler):
         request = parse_run_request(
             self.json_body(), self.settings_, user=self.user.user, role=self.user.role
         )
-        request, archive_files = await resolve_archive(self.services.extra, request)
+        await check_archive(self.services.uploads, request.archive, request.user)
         runs = self.services.runs
         if request.background:
-            active = await runs.submit(request, extra_files=archive_files)
+            active = await runs.submit(request)
             self.set_header("Location", f"/v1/runs/{active.record.id}")
             self.send_json({"id": active.record.id, "status": active.record.status}, 202)
             return
-        record = await runs.run(request, extra_files=archive_files)
+        record = await runs.run(request)
         self.send_json(record.to_json())
 
 

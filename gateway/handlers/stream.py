@@ -31,7 +31,7 @@ from gateway.handlers.base import Services
 from gateway.handlers.outbox import Outbox
 from gateway.runs.service import ActiveRun
 from gateway.runs.validation import parse_run_request
-from gateway.uploads.attach import resolve_archive
+from gateway.uploads.attach import check_archive
 
 log = logging.getLogger(__name__)
 
@@ -252,10 +252,10 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         if ref is not None and ref in self._refs:
             raise InvalidRequest(f"A run with ref {ref!r} is still in progress.", field="ref")
         request = parse_run_request(data, self.settings_, user=self.user.user, role=self.user.role)
-        request, archive_files = await resolve_archive(self.services.extra, request)
+        await check_archive(self.services.uploads, request.archive, request.user)
         run = _Run(ref=ref)
         active = await self.services.runs.submit(
-            request, listener=functools.partial(self._on_output, run), extra_files=archive_files
+            request, listener=functools.partial(self._on_output, run)
         )
         # No await between submit and here: the run's task has not started yet, so the
         # `accepted` event is queued before any output of it.

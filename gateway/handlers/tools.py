@@ -7,7 +7,7 @@ from gateway.handlers.base import BaseHandler
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
 from gateway.tools.run_python import parse_run_python, run_python_answer
-from gateway.uploads.attach import resolve_archive
+from gateway.uploads.attach import check_archive
 
 
 class CodeRunToolHandler(BaseHandler):
@@ -26,10 +26,11 @@ class RunPythonToolHandler(BaseHandler):
             self.settings_,
             user=self.user.user,
             role=self.user.role,
-            archives=self.services.extra.get("uploads") is not None,
+            archives=self.services.uploads is not None,
         )
-        request, archive_files = await resolve_archive(self.services.extra, call.request)
-        record = await self.services.runs.run(request, extra_files=archive_files)
+        request = call.request
+        await check_archive(self.services.uploads, request.archive, request.user)
+        record = await self.services.runs.run(request)
         self.send_json(run_python_answer(call, record))
 
 

@@ -51,7 +51,7 @@ class UploadsHandler(BaseHandler):
         )
 
     async def post(self) -> None:
-        store = self.services.extra.get("uploads")
+        store = self.services.uploads
         if not isinstance(store, UploadStore):
             raise Forbidden("Archive uploads are disabled.", code="archive_mode_disabled")
         data = self._archive_bytes()

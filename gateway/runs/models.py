@@ -109,7 +109,8 @@ class RunRecord:
     notes: list[str] = dataclasses.field(default_factory=list)
     code: str = ""
     created_at: str = dataclasses.field(default_factory=now_rfc3339)
-    notebook: dict[str, Any] | None = None  # a notebook run's cells (gateway/runs/notebook.py)
+    notebook: dict[str, Any] | None = None  # the cells, without outputs (runs/notebook.py)
+    result_note: str | None = None  # why the code's `result` was not returned (a fact, kept)
 
     @property
     def success(self) -> bool:
@@ -153,6 +154,7 @@ class RunRecord:
             "code": self.code,
             "created_at": self.created_at,
             "notebook": self.notebook,
+            "result_note": self.result_note,
         }
 
     @classmethod

@@ -21,11 +21,28 @@ import nbformat
 from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedLanguage
 from gateway.runs.models import LANGUAGES, Language, StagedFile
 from gateway.runs.notebook import notebook_metadata
-from gateway.runs.validation import parse_files, parse_return_files, parse_timeout
+from gateway.runs.validation import (
+    parse_env,
+    parse_files,
+    parse_network,
+    parse_return_files,
+    parse_timeout,
+    parse_vars,
+)
 from gateway.settings import Settings
 
 NOTEBOOK_FIELDS = frozenset(
-    {"notebook", "timeout", "cell_timeout", "allow_errors", "files", "return_files"}
+    {
+        "notebook",
+        "timeout",
+        "cell_timeout",
+        "allow_errors",
+        "files",
+        "return_files",
+        "vars",
+        "env",
+        "network",
+    }
 )
 # Kernel names and languages a notebook may name, and the kernel that runs it.
 KERNEL_LANGUAGES: dict[str, Language] = {
@@ -49,6 +66,9 @@ class NotebookRequest:
     allow_errors: bool = False
     files: tuple[StagedFile, ...] = ()
     return_files: tuple[str, ...] = ()
+    vars: dict[str, Any] = dataclasses.field(default_factory=dict)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    network: bool = False
     user: str = "anonymous"
     notes: tuple[str, ...] = ()
 
@@ -108,6 +128,7 @@ def parse_notebook_request(
     allow_errors = options.get("allow_errors", False)
     if not isinstance(allow_errors, bool):
         raise InvalidRequest("`allow_errors` must be true or false.", field="allow_errors")
+    network = parse_network(options.get("network"), settings)
     return NotebookRequest(
         notebook=_cleared(notebook, language),
         language=language,
@@ -116,6 +137,9 @@ def parse_notebook_request(
         allow_errors=allow_errors,
         files=parse_files(options.get("files"), settings),
         return_files=parse_return_files(options.get("return_files"), settings),
+        vars=parse_vars(options.get("vars"), language),
+        env=parse_env(options.get("env")),
+        network=network,
         user=user,
         notes=tuple(notes),
     )

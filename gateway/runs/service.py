@@ -9,40 +9,31 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
-from typing import Protocol
 
 import zmq.asyncio
 
 from gateway.errors import CapacityExceeded, GatewayError, NotFound
 from gateway.execution.collector import OutputListener
-from gateway.execution.notebook import NotebookExecution
-from gateway.execution.runner import Execution
+from gateway.execution.executor import Execution
+from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
-from gateway.runs.models import RunRecord, RunRequest, StagedFile, new_run_id
+from gateway.runs.models import RunRecord, RunRequest, new_run_id
 from gateway.runs.notebook import store_notebook
 from gateway.runs.notebook_request import NotebookRequest
 from gateway.runs.store import RecordStore
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
+from gateway.uploads.attach import archive_files
+from gateway.uploads.store import UploadStore
 
 log = logging.getLogger(__name__)
-
-
-class Executable(Protocol):
-    """What the service needs of an execution (`Execution`, `NotebookExecution`)."""
-
-    cancel: asyncio.Event  # set: the run ends, its sandbox is destroyed (the service sets it)
-    kernel_start_seconds: float | None
-
-    async def run(self) -> RunRecord: ...
 
 
 @dataclasses.dataclass
 class ActiveRun:
     record: RunRecord
     task: asyncio.Task[RunRecord] | None = None
-    execution: Executable | None = None
+    execution: Execution | None = None
     error: GatewayError | None = None
     # Cancels the run whether it still waits for a slot or already runs; the task itself is
     # never cancelled, so its clean-up and final record always happen.
@@ -57,8 +48,10 @@ class RunService:
         store: RecordStore,
         context: zmq.asyncio.Context,
         metrics: Metrics,
+        uploads: UploadStore | None = None,
     ) -> None:
         self.settings = settings
+        self.uploads = uploads
         self.backend = backend
         self.store = store
         self.context = context
@@ -102,21 +95,13 @@ class RunService:
             )
 
     async def submit(
-        self,
-        request: RunRequest,
-        listener: OutputListener | None = None,
-        extra_files: tuple[StagedFile, ...] = (),
+        self, request: RunRequest, listener: OutputListener | None = None
     ) -> ActiveRun:
         """Admit a run and start it as a task; the returned record is `queued`."""
         record = RunRecord(
             id=new_run_id(), language=request.language, user=request.user, code=request.source
         )
-        return await self._start(
-            record,
-            lambda: Execution(
-                request, record, self.backend, self.settings, self.context, listener, extra_files
-            ),
-        )
+        return await self._start(record, from_run(request), listener)
 
     async def submit_notebook(self, request: NotebookRequest) -> ActiveRun:
         """Admit a notebook replay and start it as a task; the returned record is `queued`."""
@@ -124,13 +109,10 @@ class RunService:
             id=new_run_id(), language=request.language, user=request.user, code=request.code
         )
         store_notebook(record, request.notebook)
-        return await self._start(
-            record,
-            lambda: NotebookExecution(request, record, self.backend, self.settings, self.context),
-        )
+        return await self._start(record, from_notebook(request), None)
 
     async def _start(
-        self, record: RunRecord, make_execution: Callable[[], Executable]
+        self, record: RunRecord, program: Program, listener: OutputListener | None
     ) -> ActiveRun:
         self._admit(record.user)
         active = ActiveRun(record=record)
@@ -140,18 +122,13 @@ class RunService:
         except BaseException:
             del self.active[record.id]
             raise
-        active.task = asyncio.create_task(self._run(active, make_execution))
+        active.task = asyncio.create_task(self._run(active, program, listener))
         return active
 
-    async def run(
-        self,
-        request: RunRequest,
-        listener: OutputListener | None = None,
-        extra_files: tuple[StagedFile, ...] = (),
-    ) -> RunRecord:
+    async def run(self, request: RunRequest, listener: OutputListener | None = None) -> RunRecord:
         """Run and wait for the final record. Raises the GatewayError that stopped it before
         any code ran (no kernel could start, files could not be staged)."""
-        return await self._wait(await self.submit(request, listener, extra_files))
+        return await self._wait(await self.submit(request, listener))
 
     async def run_notebook(self, request: NotebookRequest) -> RunRecord:
         """Replay and wait for the final record (raises SandboxError if no kernel started)."""
@@ -164,7 +141,9 @@ class RunService:
             raise active.error
         return record
 
-    async def _run(self, active: ActiveRun, make_execution: Callable[[], Executable]) -> RunRecord:
+    async def _run(
+        self, active: ActiveRun, program: Program, listener: OutputListener | None
+    ) -> RunRecord:
         record = active.record
         started = time.monotonic()
         try:
@@ -174,8 +153,16 @@ class RunService:
                 return record
             self._running += 1
             try:
-                execution = make_execution()
-                execution.cancel = active.cancel
+                execution = Execution(
+                    program,
+                    record,
+                    self.backend,
+                    self.settings,
+                    self.context,
+                    files=lambda: archive_files(self.uploads, program),
+                    listener=listener,
+                    cancel=active.cancel,
+                )
                 active.execution = execution
                 await self.store.put(record)
                 await execution.run()

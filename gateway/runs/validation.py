@@ -169,6 +169,16 @@ def parse_return_files(value: Any, settings: Settings) -> tuple[str, ...]:
     return tuple(value)
 
 
+def parse_network(value: Any, settings: Settings) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest("`network` must be true or false.", field="network")
+    if value and not settings.allow_network:
+        raise Forbidden("Network access is not enabled on this gateway.", field="network")
+    return value
+
+
 def parse_env(value: Any) -> dict[str, str]:
     if value is None:
         return {}
@@ -278,11 +288,7 @@ def parse_run_request(
             raise InvalidRequest(
                 f"The entrypoint {entrypoint!r} is not among `files`.", field="entrypoint"
             )
-    network = body.get("network", False)
-    if not isinstance(network, bool):
-        raise InvalidRequest("`network` must be true or false.", field="network")
-    if network and not settings.allow_network:
-        raise Forbidden("Network access is not enabled on this gateway.", field="network")
+    network = parse_network(body.get("network"), settings)
     background = body.get("background", False)
     if not isinstance(background, bool):
         raise InvalidRequest("`background` must be true or false.", field="background")

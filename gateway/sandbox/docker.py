@@ -76,6 +76,8 @@ CONNECTION_FILE = "/run/gateway/connection.json"
 IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 LABEL_INSTANCE = "gateway.instance"
 LABEL_RUN = "gateway.run"
+KERNEL_LOG = "kernel.log"
+LOG_TAIL_BYTES = 4096
 KILL_WORKERS = 4
 EXIT_WAIT = 10.0  # after a kill: how long to wait for the engine's `die` event
 
@@ -248,6 +250,7 @@ class DockerSandbox(Sandbox):
         self._state: dict[str, Any] = {}
         self._staged: tuple[StagedFile, ...] = ()
         self._frozen = False
+        self._socket_dir: str | None = None
 
     # --- creation (blocking, on the backend's pool) -------------------------------------
 
@@ -285,9 +288,13 @@ class DockerSandbox(Sandbox):
         env = kernel_env("/tmp", {}, IMAGE_PATH)
         env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
         env.update(self.spec.env)
+        # The kernel's own stdout/stderr (not the user's: those go over ZMQ) land in a file
+        # on the 1 MiB socket volume: bounded, and readable when the kernel dies.
+        argv = kernel_argv(self.spec.language, "python", CONNECTION_FILE)
+        logged = ["/bin/sh", "-c", f'exec "$@" >>{SOCKET_DIR}/{KERNEL_LOG} 2>&1', "sh", *argv]
         self.container = self.backend.client.containers.create(
             settings.docker_image,
-            command=kernel_argv(self.spec.language, "python", CONNECTION_FILE),
+            command=logged,
             name=self.name,
             user=f"{settings.sandbox_uid}:{settings.sandbox_gid}",
             working_dir=WORKDIR,
@@ -378,14 +385,30 @@ class DockerSandbox(Sandbox):
         pid = attrs["State"].get("Pid") or 0
         self._cgroup = Cgroup.of_process(pid) if pid else None
         assert self.exited is not None
-        await secure_sockets(
-            socket_dir,
-            "s",
-            self.settings.sandbox_uid,
-            asyncio.shield(self.exited),
-            self.settings.kernel_start_timeout,
-        )
+        self._socket_dir = socket_dir
+        try:
+            await secure_sockets(
+                socket_dir,
+                "s",
+                self.settings.sandbox_uid,
+                asyncio.shield(self.exited),
+                self.settings.kernel_start_timeout,
+            )
+        except SandboxError as exc:
+            raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
         return connection_info(f"{socket_dir}/s", self.key)
+
+    def _log_tail(self) -> str:
+        """The end of the kernel's own output (readable while the volume is mounted)."""
+        if self._socket_dir is None:
+            return ""
+        try:
+            with open(os.path.join(self._socket_dir, KERNEL_LOG), "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
+                return log.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
 
     def _inspect(self) -> dict[str, Any]:
         self.container.reload()
@@ -430,7 +453,7 @@ class DockerSandbox(Sandbox):
         return Death(
             exit_code=self._state.get("ExitCode"),
             oom_killed=bool(self._state.get("OOMKilled")),
-            detail=self._state.get("Error", ""),
+            detail=self._state.get("Error", "") or self._log_tail(),
         )
 
     async def limit_events(self) -> frozenset[LimitEvent]:

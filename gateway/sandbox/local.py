@@ -72,6 +72,7 @@ HIDDEN = ("/run", "/var/run", "/root", "/home", "/var/lib/docker", "/var/lib/con
 LOG_TAIL_BYTES = 4096  # of the kernel process's own output, kept for "why it died"
 FIRST_FD = 3  # descriptors handed to the sandbox start here (0-2: null, log, log)
 REAPER_GRACE = 3.0  # after SIGTERM to the reaper: how long before SIGKILL
+BWRAP_ATTEMPTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,8 +156,15 @@ def probe_features(settings: Settings) -> LocalFeatures:
 class LocalBackend(SandboxBackend):
     name = "local"
 
-    def __init__(self, settings: Settings, instance_id: str, hidden_paths: Sequence[Path]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        instance_id: str,
+        hidden_paths: Sequence[Path],
+        multi_user: bool = False,
+    ) -> None:
         self.settings = settings
+        self.multi_user = multi_user
         self.instance_id = instance_id
         self.prefix = f"gw{instance_id[:6]}-"
         self.mpl_cache = settings.data_dir / "mplcache"
@@ -165,15 +173,15 @@ class LocalBackend(SandboxBackend):
 
     async def startup(self) -> None:
         self.features = await asyncio.to_thread(probe_features, self.settings)
-        if self.settings.tokens is not None and self.settings.allow_network:
+        if self.multi_user and self.settings.allow_network:
             raise RuntimeError(
-                "--allow-network with --tokens on the local backend would put other users' "
+                "--allow-network with several users on the local backend would put their "
                 "runs on this host's own network (its loopback services, the metadata "
                 "address): refusing to start. Use the Docker backend with --docker-network."
             )
-        if self.settings.tokens is not None and self.features.bwrap is None:
+        if self.multi_user and self.features.bwrap is None:
             raise RuntimeError(
-                "--tokens makes this gateway multi-user, but bubblewrap is missing or does "
+                "The --tokens file names several users, but bubblewrap is missing or does "
                 "not work here, so local kernels would share the host's processes, network "
                 "and files: refusing to start. Install bubblewrap (apt-get install "
                 "bubblewrap; it needs user namespaces) or use --backend docker."
@@ -342,6 +350,33 @@ class LocalSandbox(Sandbox):
         connection_file = self.kdir / "connection.json"
         write_connection_file(connection_file, info)
         argv = kernel_argv(self.spec.language, sys.executable, str(connection_file))
+        for attempt in range(1, BWRAP_ATTEMPTS + 1):
+            self._launch(argv)
+            assert self.exited is not None
+            try:
+                await secure_sockets(
+                    str(self.kdir),
+                    "s",
+                    self._ids[0],
+                    asyncio.shield(self.exited),
+                    self.settings.kernel_start_timeout,
+                )
+                return info
+            except SandboxError as exc:
+                if not self.exited.done():
+                    raise
+                await asyncio.sleep(0.05)  # the last words still in the log pipe
+                detail = self._log_tail.decode("utf-8", "replace").strip()
+                # bwrap's recursive read-only bind of / can meet a mount that another
+                # program (a container engine) is tearing down: a transient failure
+                if detail.startswith("bwrap: ") and attempt < BWRAP_ATTEMPTS:
+                    log.warning("the sandbox could not be set up (%s); retrying", detail)
+                    self._forget_process()
+                    continue
+                raise SandboxError(f"{exc.message} {detail[-500:]}".strip()) from exc
+        raise AssertionError("unreachable")
+
+    def _launch(self, argv: list[str]) -> None:
         fds: list[int] = []
         try:
             command, home = self._command(argv, fds)
@@ -353,21 +388,16 @@ class LocalSandbox(Sandbox):
         loop = asyncio.get_running_loop()
         self.exited = loop.create_future()
         loop.add_reader(self._pidfd, self._on_exit)
-        try:
-            await secure_sockets(
-                str(self.kdir),
-                "s",
-                self._ids[0],
-                asyncio.shield(self.exited),
-                self.settings.kernel_start_timeout,
-            )
-        except SandboxError as exc:
-            if self.exited.done():
-                await asyncio.sleep(0.05)  # the last words still in the log pipe
-                detail = self._log_tail.decode("utf-8", "replace").strip()[-500:]
-                raise SandboxError(f"{exc.message} {detail}".strip()) from exc
-            raise
-        return info
+
+    def _forget_process(self) -> None:
+        """Let go of a kernel process that already exited (before a new attempt)."""
+        loop = asyncio.get_running_loop()
+        for fd in (self._pidfd, self._log_fd):
+            if fd is not None:
+                loop.remove_reader(fd)
+                os.close(fd)
+        self._pidfd = self._log_fd = None
+        self._log_tail = b""
 
     def _spawn(self, command: list[str], home: str, fds: list[int]) -> int:
         files = [] if self.group is None else [str(p) for p in self.group.proc_files]

@@ -41,8 +41,12 @@ async def docker_available(image: str) -> tuple[bool, str]:
     return await asyncio.to_thread(probe_docker_sync, image)
 
 
-async def choose_backend(settings: Settings) -> tuple[SandboxBackend, str]:
-    """The backend to use and a sentence saying why."""
+async def choose_backend(
+    settings: Settings, multi_user: bool = False
+) -> tuple[SandboxBackend, str]:
+    """The backend to use and a sentence saying why. `multi_user`: the token file names
+    more than one user, so the local backend's weaker isolation needs the operator's
+    explicit consent."""
     ident = instance_id(settings)
     hidden = [p for p in (settings.data_dir, settings.workspaces, settings.tokens) if p is not None]
     if settings.backend in ("docker", "auto"):
@@ -54,9 +58,9 @@ async def choose_backend(settings: Settings) -> tuple[SandboxBackend, str]:
             return DockerBackend(settings, ident), f"backend docker ({reason})"
         if settings.backend == "docker":
             raise RuntimeError(f"--backend docker was requested but {why}")
-        if settings.tokens is not None:
+        if multi_user:
             raise RuntimeError(
-                f"--tokens makes this gateway multi-user, and {why}: refusing to fall back "
+                f"The --tokens file names several users, and {why}: refusing to fall back "
                 "to the local backend, which isolates users far less than Docker. Start a "
                 "Docker engine and build the image (docker/build.sh), or, to accept the "
                 "local backend's weaker isolation, pass --backend local "
@@ -64,9 +68,9 @@ async def choose_backend(settings: Settings) -> tuple[SandboxBackend, str]:
             )
         local_reason = f"backend local ({why})"
     else:
-        if settings.tokens is not None and not settings.allow_local_multi_user:
+        if multi_user and not settings.allow_local_multi_user:
             raise RuntimeError(
-                "--tokens makes this gateway multi-user, and the local backend isolates "
+                "The --tokens file names several users, and the local backend isolates "
                 "users far less than Docker (README, 'What each backend isolates'). Use "
                 "--backend docker, or acknowledge the weaker isolation with "
                 "--allow-local-multi-user."
@@ -74,4 +78,5 @@ async def choose_backend(settings: Settings) -> tuple[SandboxBackend, str]:
         local_reason = "backend local (requested)"
     from gateway.sandbox.local import LocalBackend
 
-    return LocalBackend(settings, ident, [Path(p) for p in hidden]), local_reason
+    local = LocalBackend(settings, ident, [Path(p) for p in hidden], multi_user=multi_user)
+    return local, local_reason

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any
 
 from gateway.errors import ConflictingFields, Forbidden, InvalidRequest
@@ -55,7 +54,6 @@ _RENAMES = {
     "timeout": "params.timeout_seconds",
     "vars": "input.vars",
 }
-_UNSERIALISABLE = re.compile(r"^`(result|output)` was not returned")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +206,6 @@ def gateway_lines(call: RunPythonCall, record: RunRecord) -> list[str]:
     killed = kill_sentence(record, call.request.memory_bytes)
     if killed:
         lines.append(killed)
-    if record.status == "succeeded":
-        lines.extend(note for note in record.notes if _UNSERIALISABLE.match(note))
+    if record.status == "succeeded" and record.result_note:
+        lines.append(record.result_note)
     return lines

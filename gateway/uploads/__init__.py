@@ -2,7 +2,6 @@
 while (`store`), and unpacked into a run's working folder (`attach`)."""
 
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
-from gateway.uploads.attach import resolve_archive
 from gateway.uploads.store import Upload, UploadStore
 
-__all__ = ["ArchiveLimits", "Unpacked", "Upload", "UploadStore", "read_archive", "resolve_archive"]
+__all__ = ["ArchiveLimits", "Unpacked", "Upload", "UploadStore", "read_archive"]

@@ -1,55 +1,81 @@
 """Attach an upload to a run: the archive's files are staged first, then the run's own
 `files`, which replace archive entries of the same path.
 
-Handlers call `resolve_archive(services.extra, request)` after `parse_run_request` and pass
-the files it returns as `extra_files` to `RunService.submit` / `run`.
+Handlers call `check_archive` before a run is admitted (a missing or someone else's upload
+is a 404 at once); the executor calls `archive_files` once the run holds a slot, so that an
+archive is unpacked only then, never while the run waits in the queue (issue 8, hole 12).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import PurePosixPath
-from typing import Any
 
 from gateway.errors import Forbidden, GatewayError, InvalidPath
-from gateway.runs.models import RunRequest, StagedFile
+from gateway.execution.program import Program
+from gateway.runs.models import StagedFile
 from gateway.uploads.archives import Unpacked
 from gateway.uploads.store import UploadStore
 
 MAX_LISTED = 5  # names listed in a note before "and N more"
 
 
-async def resolve_archive(
-    extra: Mapping[str, Any], request: RunRequest
-) -> tuple[RunRequest, tuple[StagedFile, ...]]:
-    """For a request naming `archive`: the request (with notes about the archive) and the
-    archive's files to stage before `files`. Without `archive`: the request and ()."""
-    if request.archive is None:
-        return request, ()
-    store = extra.get("uploads")
-    if not isinstance(store, UploadStore) or not store.settings.allow_uploads:
+async def archive_files(
+    uploads: UploadStore | None, program: Program
+) -> tuple[tuple[StagedFile, ...], tuple[str, ...]]:
+    """What to stage for a program: its archive's files (unpacked now, once the run holds a
+    slot) that `files` does not replace, then `files`; and notes for the record."""
+    if program.archive is None:
+        return program.files, ()
+    if uploads is None or not uploads.settings.allow_uploads:
         raise Forbidden(
             "Archives are disabled on this gateway.", field="archive", code="archive_mode_disabled"
         )
     try:
-        unpacked = await store.unpack(request.archive, request.user)
+        unpacked = await uploads.unpack(program.archive, program.user)
     except GatewayError as exc:
         exc.field = "archive"
         raise
-    return await asyncio.to_thread(merge_archive, request, unpacked)
+    kept, notes = await asyncio.to_thread(merge_archive, program.files, unpacked)
+    staged = kept + program.files
+    entrypoint = program.entrypoint
+    if (
+        entrypoint is not None
+        and program.workspace is None
+        and entrypoint not in {f.path for f in staged}
+    ):
+        notes += (
+            f"The entrypoint {entrypoint!r} is neither among `files` nor in the archive "
+            f"{program.archive}, so the run cannot find it.",
+        )
+    return staged, notes
+
+
+async def check_archive(uploads: UploadStore | None, upload_id: str | None, user: str) -> None:
+    """Before a run is admitted: its archive exists and is the caller's (nothing unpacked)."""
+    if upload_id is None:
+        return
+    if uploads is None or not uploads.settings.allow_uploads:
+        raise Forbidden(
+            "Archives are disabled on this gateway.", field="archive", code="archive_mode_disabled"
+        )
+    try:
+        await uploads.find(upload_id, user)
+    except GatewayError as exc:
+        exc.field = "archive"
+        raise
 
 
 def merge_archive(
-    request: RunRequest, unpacked: Unpacked
-) -> tuple[RunRequest, tuple[StagedFile, ...]]:
+    files: tuple[StagedFile, ...], unpacked: Unpacked
+) -> tuple[tuple[StagedFile, ...], tuple[str, ...]]:
     """The archive's files that `files` does not replace, and notes for the record."""
-    given = {f.path for f in request.files}
+    given = {f.path for f in files}
     kept = tuple(f for f in unpacked.files if f.path not in given)
     kept_paths = {f.path for f in kept}
     archive_folders = set(unpacked.folders) | _parents(kept_paths)
-    for staged in request.files:
+    for staged in files:
         if staged.path in archive_folders:
             raise InvalidPath(
                 f"{staged.path} is a folder in the archive; `files` cannot replace it.",
@@ -61,25 +87,15 @@ def merge_archive(
                 f"{staged.path} would lie inside {inside}, which is a file in the archive.",
                 field="files",
             )
-    notes = list(request.notes)
     used = _parents(kept_paths | given)
     empty = [folder for folder in unpacked.folders if folder not in used]
+    notes = []
     if empty:
         notes.append(
             f"{len(empty)} empty folder(s) of the archive were not created (only files are "
             f"unpacked): {_listing(empty)}."
         )
-    entrypoint = request.entrypoint
-    if (
-        entrypoint is not None
-        and request.working_dir is None
-        and entrypoint not in given | kept_paths
-    ):
-        notes.append(
-            f"The entrypoint {entrypoint!r} is neither among `files` nor in the archive "
-            f"{request.archive}, so the run cannot find it."
-        )
-    return dataclasses.replace(request, notes=tuple(notes)), kept
+    return kept, tuple(notes)
 
 
 def _parents(paths: Iterable[str]) -> set[str]:

@@ -61,6 +61,11 @@ class UploadStore:
         """Check the archive and keep it for `user`; raises the archive_* errors."""
         return await asyncio.to_thread(self._create, data, user)
 
+    async def find(self, upload_id: str, user: str) -> Upload:
+        """`user`'s upload, checked to exist (cheap: nothing is unpacked). A missing,
+        expired or someone else's upload is NotFound."""
+        return await asyncio.to_thread(self._find, upload_id, user)
+
     async def unpack(self, upload_id: str, user: str) -> Unpacked:
         """The files of `user`'s upload, checked again while unpacked. A missing, expired or
         someone else's upload is NotFound."""

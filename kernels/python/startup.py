@@ -3,7 +3,7 @@
 It makes charts come back without the user asking: `plt.show()` and figures left open are
 displayed by matplotlib's inline backend (with the chart's data in the output metadata),
 and every `savefig` call also publishes the saved image with its path. It also holds the
-two helpers the gateway calls through silent requests: `inject_vars` and `result_value`.
+two helpers the gateway calls through silent requests: `prepare` and `result_value`.
 No code is prepended to the user's cell.
 """
 
@@ -48,9 +48,24 @@ def _shell() -> Any:
 # --- vars and result ---------------------------------------------------------------------
 
 
-def inject_vars(payload: str) -> None:
+def prepare(payload: str) -> None:
+    """Apply what belongs to one run when it claims this kernel: `{"env", "vars"}`.
+
+    `env` goes into the process environment (so subprocesses get it too; a `PYTHONPATH`
+    also reaches `sys.path`, as it would have at start), then `vars` become globals.
+    """
+    request = json.loads(payload)
+    env = request.get("env") or {}
+    os.environ.update(env)
+    for entry in reversed((env.get("PYTHONPATH") or "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(1, entry)
+    if request.get("vars"):
+        inject_vars(request["vars"])
+
+
+def inject_vars(values: dict[str, Any]) -> None:
     """Make each valid, unreserved key a global and every key part of the `input` dict."""
-    values = json.loads(payload)
     namespace = _shell().user_ns
     namespace["input"] = dict(values)
     for key, value in values.items():

@@ -1,0 +1,221 @@
+"""The one executor: run a `Program` in one fresh kernel and fill in its `RunRecord`.
+
+sandbox -> stage files (the archive first, then `files`) -> kernel ready -> the run's
+environment and `vars` -> each cell until one stops the program -> `result` -> return
+files -> usage and limits -> kill -> destroy; then `outcome.apply` writes the record.
+
+The gateway enforces the deadline, not the kernel (DESIGN.md decision 4): at a cell's
+deadline the kernel is interrupted, gets `interrupt_grace` seconds to flush, then every
+process of the sandbox is killed; what was produced before is kept with `timed_out`.
+A cell may run for `min(cell_timeout, what is left of timeout)`. The first cell that fails
+stops the program unless `allow_errors` is set or the cell is tagged `raises-exception`
+(as in nbclient); a timeout, a cancel, a limit or the kernel's death always stop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shlex
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import zmq.asyncio
+
+from gateway.execution.collector import OutputListener
+from gateway.execution.outcome import Outcome, Tally, apply_outcome, exit_code_of
+from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
+from gateway.execution.session import (
+    Cell,
+    KernelSession,
+    StartCancelled,
+    limits_from,
+    open_session,
+)
+from gateway.runs.models import RunRecord, StagedFile, now_rfc3339
+from gateway.sandbox.base import ReadLimits, SandboxBackend, SandboxSpec
+from gateway.settings import Settings
+
+_RESULT_EXPRESSION = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
+SETUP_TIMEOUT = 10.0  # seconds for the gateway's own silent requests
+
+# The files to stage and notes about them, awaited once the run holds a slot (an archive
+# is unpacked only then).
+FilesToStage = Callable[[], Awaitable[tuple[Sequence[StagedFile], Sequence[str]]]]
+
+
+@contextlib.asynccontextmanager
+async def running(record: RunRecord, notes: Sequence[str]) -> AsyncIterator[None]:
+    """The record is `running` inside the block; its wall time and finish time are set on
+    the way out, however the block ends."""
+    record.status = "running"
+    record.started_at = now_rfc3339()
+    record.notes.extend(notes)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        record.usage.wall_ms = int((time.monotonic() - started) * 1000)
+        record.finished_at = now_rfc3339()
+
+
+def setup_code(program: Program) -> str | None:
+    """Gateway code run silently before the first cell: the run's environment variables and
+    `vars` (never shown, never in history)."""
+    if not program.vars and not program.env:
+        return None
+    if program.language == "python":
+        payload = json.dumps({"env": dict(program.env), "vars": dict(program.vars)})
+        return f"__import__('kernels.python.startup', fromlist=['_']).prepare({payload!r})"
+    values = {**program.env, **{k: _bash_value(v) for k, v in program.vars.items()}}
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
+
+
+def _bash_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+class Execution:
+    """One run of a `Program`, filling in its `RunRecord`."""
+
+    def __init__(
+        self,
+        program: Program,
+        record: RunRecord,
+        backend: SandboxBackend,
+        settings: Settings,
+        context: zmq.asyncio.Context,
+        files: FilesToStage,
+        listener: OutputListener | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> None:
+        self.program = program
+        self.record = record
+        self.backend = backend
+        self.settings = settings
+        self.context = context
+        self.files = files  # awaited inside the run: the archive is unpacked only then
+        self.listener = listener
+        self.cancel = cancel if cancel is not None else asyncio.Event()
+        self.kernel_start_seconds: float | None = None
+        self.tally = Tally(settings, program)
+
+    async def run(self) -> RunRecord:
+        program, record = self.program, self.record
+        spec = SandboxSpec(
+            run_id=record.id,
+            language=program.language,
+            limits=limits_from(self.settings, program.memory_bytes),
+            network=program.network,
+            workspace=program.workspace,
+        )
+        async with running(record, program.notes):
+            files, notes = await self.files()
+            self.tally.notes.extend(notes)
+            try:
+                async with open_session(
+                    self.backend, spec, files, self.settings, self.context, self.cancel
+                ) as session:
+                    self.kernel_start_seconds = session.start_seconds
+                    last = await self._run_cells(session)
+                    outcome = await self._close(session, last)
+            except StartCancelled:
+                outcome = Outcome(last=Cell(source="", ending="cancelled"))
+            apply_outcome(record, program, self.tally, outcome)
+        return record
+
+    async def _run_cells(self, session: KernelSession) -> Cell:
+        """Run the cells in order; the cell whose ending decides the record's status."""
+        program, tally = self.program, self.tally
+        if self.cancel.is_set():
+            return Cell(source="", ending="cancelled")
+        setup = setup_code(program)
+        if setup is not None:
+            reply = await session.run_silent(setup, timeout=SETUP_TIMEOUT)
+            if reply is None or reply.get("status") != "ok":
+                tally.notes.append("`vars` or `env` could not be set in the kernel.")
+        cells = program.notebook["cells"]
+        runnable = program.runnable()
+        deadline = time.monotonic() + program.timeout
+        last = Cell(source="")
+        for count, index in enumerate(runnable, start=1):
+            cell_json = cells[index]
+            name = f"Cell {index + 1} (In [{count}])"
+            left = deadline - time.monotonic()
+            if self.cancel.is_set():
+                return Cell(source="", ending="cancelled")
+            if left <= 0:
+                tally.notes.append(
+                    f"The notebook ran out of its timeout ({program.timeout:g} s) before "
+                    f"cell {index + 1}; it and the cells after it did not run."
+                )
+                return Cell(source="", ending="timeout")
+            limit = min(program.cell_timeout, left)
+            last = await session.run_cell(
+                cell_json["source"], limit, self.listener, caps=tally.caps()
+            )
+            outputs = tally.add(name, last)
+            for output in outputs:
+                if output["output_type"] == "execute_result":
+                    output["execution_count"] = count
+            cell_json["outputs"], cell_json["execution_count"] = outputs, count
+            more = count < len(runnable)
+            if last.ending != "finished":
+                tally.note_stop(name, last, limit, more)
+                return last
+            exit_code = exit_code_of(last.reply)
+            if exit_code != 0 and EXPECTED_ERROR_TAG not in tags(cell_json):
+                tally.fail(last, exit_code)
+                if not program.allow_errors:
+                    if more:
+                        tally.notes.append(
+                            f"{name} failed, so the cells after it did not run "
+                            "(allow_errors is false)."
+                        )
+                    return last
+        return last
+
+    async def _close(self, session: KernelSession, last: Cell) -> Outcome:
+        """After the last cell: read `result` and `return_files` back, take usage and the
+        limits that struck, learn how the kernel died (if it did), then kill it all."""
+        outcome = Outcome(last=last)
+        if last.ending == "finished" and self.program.reads_result:
+            outcome.result, outcome.result_note, failure = await read_result(session)
+            if failure:
+                self.tally.notes.append(failure)
+        sandbox, settings = session.sandbox, self.settings
+        if self.program.return_files:
+            limits = ReadLimits(
+                max_files=settings.max_return_files,
+                max_file_bytes=settings.max_return_file_bytes,
+                max_total_bytes=settings.max_return_files_bytes,
+            )
+            outcome.files = await sandbox.read_files(self.program.return_files, limits)
+        outcome.usage = await sandbox.usage()  # before kill(): the cgroup goes with it
+        outcome.events = await sandbox.limit_events()
+        outcome.death = await sandbox.death() if last.ending == "died" else None
+        await sandbox.kill()
+        return outcome
+
+
+async def read_result(session: KernelSession) -> tuple[Any, str | None, str | None]:
+    """The kernel's global `result` (else `output`); why the code's value was not returned
+    (it is not JSON-serialisable), or why nothing could be read back at all."""
+    reply = await session.run_silent(
+        "", timeout=SETUP_TIMEOUT, user_expressions={"r": _RESULT_EXPRESSION}
+    )
+    if reply is None:
+        return None, None, "`result` could not be read back from the kernel."
+    expression = (reply.get("user_expressions") or {}).get("r", {})
+    value = (expression.get("data") or {}).get("application/json")
+    if not isinstance(value, dict) or not value.get("present"):
+        return None, None, None
+    if "error" in value:
+        reason = (
+            f"`{value.get('name')}` was not returned: it is not JSON-serialisable "
+            f"({value['error']})."
+        )
+        return None, reason, None
+    return value.get("value"), None, None

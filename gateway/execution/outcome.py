@@ -1,0 +1,236 @@
+"""How a program went, and the one function that writes it into the run record.
+
+`Tally` follows the cells as they finish: the record's texts (each cell's stream text is
+capped as it arrives; the record keeps the head and the tail of all of them), the cells'
+outputs less rich ones past the program's budget, the charts, the first failure, and the
+notes. `Outcome` is what the sandbox reported after the last cell. `apply_outcome` turns
+both into the record: outputs, texts, error, exit code, files, usage, result, status and
+kill reason. Nothing else writes a run's results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from gateway.execution.charts import charts_from_outputs, is_saved_chart
+from gateway.execution.collector import Caps
+from gateway.execution.program import Program
+from gateway.execution.session import Cell
+from gateway.execution.textcap import HeadTailText
+from gateway.runs.models import KillReason, RunRecord, Usage
+from gateway.runs.notebook import store_notebook
+from gateway.sandbox.base import Death, FilesRead, LimitEvent
+from gateway.settings import Settings
+
+_RICH = ("display_data", "execute_result", "error")
+STREAMS = ("stdout", "stderr", "output")
+
+
+def exit_code_of(reply: dict[str, Any] | None) -> int | None:
+    """The exit code a finished cell's execute_reply stands for."""
+    if reply is None:
+        return None
+    if "exit_code" in reply:  # our bash kernel reports `$?`
+        return int(reply["exit_code"])
+    if reply.get("status") == "ok":
+        return 0
+    if reply.get("ename") == "SystemExit":
+        value = str(reply.get("evalue", "")).strip()
+        if value in ("", "None"):
+            return 0
+        try:
+            return int(value)
+        except ValueError:
+            return 1
+    return 1
+
+
+def error_of(cell: Cell) -> dict[str, Any] | None:
+    """A cell's uncaught error: its `error` output, else that of a failed execute_reply."""
+    if cell.collector is not None and cell.collector.error is not None:
+        return cell.collector.error
+    if cell.reply is not None and cell.reply.get("status") == "error":
+        return {
+            "ename": cell.reply.get("ename", ""),
+            "evalue": cell.reply.get("evalue", ""),
+            "traceback": list(cell.reply.get("traceback", [])),
+        }
+    return None
+
+
+class _Text:
+    """One of the record's texts: a single cell's as it was capped, or the head and tail of
+    several cells' together."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.parts: list[tuple[str, bool]] = []
+
+    def add(self, text: str, truncated: bool) -> None:
+        self.parts.append((text, truncated))
+
+    def value(self) -> tuple[str, bool]:
+        if len(self.parts) == 1:
+            return self.parts[0]
+        whole = HeadTailText(self.cap)
+        for text, _ in self.parts:
+            whole.add(text)
+        return whole.text(), whole.truncated or any(cut for _, cut in self.parts)
+
+
+class Tally:
+    """What the cells have produced so far, and how much of the program's budgets is left."""
+
+    def __init__(self, settings: Settings, program: Program) -> None:
+        self.settings = settings
+        self.program = program
+        self.texts = {name: _Text(settings.stream_cap_bytes) for name in STREAMS}
+        self.received = 0
+        self.display = 0
+        self.notes: list[str] = []
+        self.charts: list[dict[str, Any]] = []  # the record's, in order, savefig ones too
+        self.failed = False
+        self.error: dict[str, Any] | None = None
+        self.exit_code: int | None = 0
+
+    def caps(self) -> Caps:
+        """The next cell's caps: output past what is left of the program's limit kills it."""
+        settings = self.settings
+        return Caps(
+            stream_bytes=settings.stream_cap_bytes,
+            display_bytes=max(0, settings.display_cap_bytes - self.display),
+            limit_bytes=max(0, settings.output_limit_bytes - self.received),
+            display_total=settings.display_cap_bytes,
+        )
+
+    def _named(self, name: str, note: str) -> str:
+        return f"{name}: {note}" if self.program.cell_names else note
+
+    def add(self, name: str, cell: Cell) -> list[dict[str, Any]]:
+        """Count a cell's output in; returns the outputs the cell keeps."""
+        collector = cell.collector
+        if collector is None:
+            return []
+        for stream in STREAMS:
+            text = getattr(collector, stream)
+            self.texts[stream].add(text.text(), text.truncated)
+        self.received += collector.received_bytes
+        self.notes.extend(self._named(name, note) for note in collector.final_notes())
+        kept: list[dict[str, Any]] = []
+        for output in collector.outputs():
+            if output["output_type"] in _RICH:
+                self.display += len(json.dumps(output))
+                self.charts.extend(charts_from_outputs([output]))
+                if is_saved_chart(output) and not self.program.keep_saved_charts:
+                    # Jupyter shows nothing for a savefig call: the chart is the record's
+                    continue
+            kept.append(output)
+        return kept
+
+    def fail(self, cell: Cell, exit_code: int | None) -> None:
+        """Remember the first failing cell: its error and exit code stand for the program."""
+        if not self.failed:
+            self.failed = True
+            self.error = error_of(cell)
+            self.exit_code = exit_code
+
+    def note_stop(self, name: str, cell: Cell, limit: float, more: bool) -> None:
+        program = self.program
+        after = " The cells after it did not run." if more else ""
+        if cell.ending == "timeout" and program.cell_names:
+            if limit >= program.cell_timeout:
+                why = f"{name} ran longer than cell_timeout ({program.cell_timeout:g} s)"
+            else:
+                why = (
+                    f"The notebook ran longer than its timeout ({program.timeout:g} s) "
+                    f"during {name}"
+                )
+            self.notes.append(f"{why} and was stopped.{after}")
+        elif more:
+            self.notes.append(f"The run ended during {name}.{after}")
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What the sandbox reported once the last cell ended."""
+
+    last: Cell
+    result: Any = None
+    result_note: str | None = None
+    files: FilesRead | None = None
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    events: frozenset[LimitEvent] = frozenset()
+    death: Death | None = None
+
+
+def apply_outcome(record: RunRecord, program: Program, tally: Tally, outcome: Outcome) -> None:
+    """Write the program's results into the record (the one writer of them)."""
+    store_notebook(record, program.notebook)
+    for stream in STREAMS:
+        text, truncated = tally.texts[stream].value()
+        setattr(record, stream, text)
+        setattr(record, f"{stream}_truncated", truncated)
+    record.charts = tally.charts
+    record.error = tally.error
+    record.notes.extend(tally.notes)
+    record.result = outcome.result
+    record.result_note = outcome.result_note
+    if outcome.result_note:
+        record.notes.append(outcome.result_note)
+    if outcome.files is not None:
+        record.files = outcome.files.files
+        record.notes.extend(outcome.files.notes)
+    record.usage = outcome.usage  # `running()` adds the wall time on its way out
+    last = outcome.last
+    record.exit_code = tally.exit_code if last.ending == "finished" else None
+    settle_status(record, last, outcome.events, outcome.death)
+
+
+def settle_status(
+    record: RunRecord, cell: Cell, events: frozenset[str], death: Death | None
+) -> None:
+    """The record's status and kill reason, from how the last cell ended and what limits
+    struck."""
+    # When both struck, a process storm is the likelier cause of the memory pressure.
+    limit: KillReason | None = (
+        "pids" if "pids" in events else "memory" if "memory" in events else None
+    )
+    if cell.ending == "cancelled":
+        record.status, record.kill_reason = "cancelled", "cancelled"
+    elif cell.ending == "output_limit":
+        record.status, record.kill_reason = "killed", "output_limit"
+        record.notes.append("The run was killed: it produced more output than the limit.")
+    elif cell.ending == "died":
+        if (death is not None and death.oom_killed) or limit == "memory":
+            record.status, record.kill_reason = "killed", "memory"
+            record.notes.append("The run was killed: it used more memory than its limit.")
+        else:
+            record.status = "failed"
+            code = None if death is None else death.exit_code
+            if code is not None and code < 0:
+                code = 128 - code
+            record.exit_code = code
+            record.notes.append(f"The kernel died unexpectedly (exit status {code}).")
+    elif cell.ending == "timeout":
+        record.timed_out = True
+        if limit is not None:
+            record.status, record.kill_reason = "killed", limit
+            record.notes.append(f"The {limit} limit was reached before the timeout.")
+        else:
+            record.status, record.kill_reason = "timed_out", "timeout"
+    elif record.exit_code == 0:
+        record.status = "succeeded"
+        record.error = (
+            None if record.error and record.error.get("ename") == "SystemExit" else record.error
+        )
+        if limit is not None:
+            record.notes.append(f"The {limit} limit was reached during the run.")
+    elif limit is not None:
+        record.status, record.kill_reason = "killed", limit
+        record.notes.append(f"The {limit} limit was reached.")
+    else:
+        record.status = "failed"
+    if record.status in ("timed_out", "killed", "cancelled"):
+        record.exit_code = None
