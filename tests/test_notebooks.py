@@ -78,11 +78,6 @@ def stdout_of(cell: dict[str, Any]) -> str:
 # --- golden notebooks ----------------------------------------------------------------------
 
 
-def is_savefig_chart(output: dict[str, Any]) -> bool:
-    """A chart the gateway adds for a `savefig` call: no kernel outside it shows one."""
-    return bool(((output.get("metadata") or {}).get("gateway") or {}).get("source") == "savefig")
-
-
 @pytest.fixture(scope="session")
 def references() -> dict[str, tuple[dict[str, Any], dict[str, bytes]]]:
     """Each golden notebook as nbclient, the reference executor, runs it (once a session)."""
@@ -118,19 +113,18 @@ def test_golden_notebook_replays_like_the_reference_executor(
     want, files = references[name]
     answer = replay(client, read(name), **options)
     got = answer["notebook"]
-    assert_same_execution(got, want, extra=is_savefig_chart)
+    assert_same_execution(got, want)  # a savefig call shows nothing, as in Jupyter
     assert got["metadata"]["kernelspec"] == want["metadata"]["kernelspec"]
     assert answer["run"]["status"] == status
     assert answer["run"]["outputs"] == [o for c in code_cells(answer) for o in c["outputs"]]
-    # each chart saved with savefig is the file the reference kernel wrote
-    saved = [o for c in code_cells(answer) for o in c["outputs"] if is_savefig_chart(o)]
+    # each chart saved with savefig is in the record's charts: the file the reference wrote
+    saved = [c for c in answer["run"]["charts"] if c["source"] == "savefig"]
     assert len(saved) == len([f for f in files if f.endswith(".png")])
-    for output in saved:
-        path = output["metadata"]["gateway"]["path"]
+    for chart in saved:
         assert_same_image(
-            decode_image("image/png", output["data"]["image/png"]),
-            Image.open(io.BytesIO(files[path])),
-            f"savefig {path}",
+            decode_image(chart["mime"], chart["data"]),
+            Image.open(io.BytesIO(files[chart["path"]])),
+            f"savefig {chart['path']}",
         )
 
 
