@@ -6,11 +6,15 @@ ipykernel of the test interpreter (without the gateway's startup extension), `ba
 bash kernel (kernels/bash) started directly, without the gateway. What the gateway adds is
 not there: its replay is compared against this, never against its own earlier output.
 
-`assert_same_execution(got, want)` compares cell by cell: the source, the execution count,
-the text of each stream (joined per name: stdout and stderr come on different pipes), and the
-other outputs in order: their type, an error's name and value, each MIME type's text
-(addresses and times normalised), and images by their decoded size plus a pixel check that
-the image is no blank canvas and draws the same marks as the reference's.
+`cell_differences(got, want)` compares cell by cell and names every cell that differs;
+`assert_same_execution(got, want)` fails if any does. Compared: the source, the execution
+count, the text of each stream (joined per name: stdout and stderr come on different pipes),
+and the other outputs in order: their type, an error's name and value, each MIME type's text,
+and images by their decoded size plus a pixel check that the image is no blank canvas and
+draws the same marks as the reference's. Output metadata is not compared (the gateway adds
+its own). Normalised in every text: ANSI colours, memory addresses, timestamps, the
+measurements of `%timeit` and `%time`, and the kernel's per-cell file
+(`/tmp/ipykernel_<pid>/<hash>.py` in a warning), whose folder and pid are the kernel's own.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,18 @@ REPO = Path(__file__).resolve().parent.parent
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,16}")
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?")
+_DURATION = r"[\d.]+ (?:ns|[μµu]s|ms|s)"  # IPython writes a Greek mu
+# IPython's %timeit line; the loop count is measured too unless `-n` fixes it
+_TIMEIT = re.compile(
+    rf"{_DURATION} ± {_DURATION} per loop \(mean ± std\. dev\. of (\d+ runs?), [\d,]+ (loops?) each\)"
+)
+_TIMEIT_CACHED = re.compile(  # printed when the runs' times vary enough
+    r"The slowest run took [\d.]+ times longer than the fastest\. "
+    r"This could mean that an intermediate result is being cached\.\n"
+)
+_TIME = re.compile(rf"CPU times: user {_DURATION}, sys: {_DURATION}, total: {_DURATION}")
+_WALL = re.compile(rf"Wall time: {_DURATION}")
+_CELL_FILE = re.compile(r"[^\s'\"]*/ipykernel_\d+/")
 IMAGES = ("image/png", "image/jpeg")
 VECTOR = ("image/svg+xml",)
 
@@ -116,7 +133,12 @@ def execute_reference(
 
 def text_of(value: Any) -> str:
     text = "".join(value) if isinstance(value, list) else str(value)
-    return _TIMESTAMP.sub("<TIME>", _ADDRESS.sub("0xADDR", _ANSI.sub("", text)))
+    text = _TIMESTAMP.sub("<TIME>", _ADDRESS.sub("0xADDR", _ANSI.sub("", text)))
+    text = _TIMEIT_CACHED.sub("", text)
+    text = _TIMEIT.sub(r"<T> ± <T> per loop (mean ± std. dev. of \1, <N> \2 each)", text)
+    text = _TIME.sub("CPU times: user <T>, sys: <T>, total: <T>", text)
+    text = _WALL.sub("Wall time: <T>", text)
+    return _CELL_FILE.sub("<kernel-tmp>/ipykernel_<pid>/", text)
 
 
 def _output(output: dict[str, Any]) -> dict[str, Any]:
@@ -211,21 +233,60 @@ def assert_same_execution(
 ) -> None:
     """`got` shows what the reference execution `want` shows, cell by cell. Outputs for which
     `extra(output)` holds are additions of the executor under test, left out here."""
+    differences = cell_differences(got, want, extra=extra)
+    assert not differences, "\n".join(differences)
+
+
+def cell_differences(
+    got: dict[str, Any],
+    want: dict[str, Any],
+    *,
+    extra: Callable[[dict[str, Any]], bool] = lambda output: False,
+) -> list[str]:
+    """One line for each cell of `got` that does not show what the reference execution
+    `want` shows (`cell <index>: <what differs>`), none when they agree. Outputs for which
+    `extra(output)` holds are additions of the executor under test, left out here."""
     got_cells, want_cells = cells_of(got), cells_of(want)
-    assert len(got_cells) == len(want_cells), (len(got_cells), len(want_cells))
+    if len(got_cells) != len(want_cells):
+        return [f"{len(got_cells)} cells, the reference has {len(want_cells)}"]
+    found = []
     for index, (mine, theirs) in enumerate(zip(got_cells, want_cells, strict=True)):
-        where = f"cell {index}"
-        mine_outputs = [o for o in mine.pop("outputs", []) if not extra(o)]
-        theirs_outputs = theirs.pop("outputs", [])
-        assert mine == theirs, f"{where}: {mine} != reference {theirs}"
-        assert [_output(o) for o in mine_outputs] == [_output(o) for o in theirs_outputs], where
-        for number, (out_got, out_want) in enumerate(
-            zip(mine_outputs, theirs_outputs, strict=True)
-        ):
-            for mime in IMAGES:
-                if mime in out_want.get("data", {}):
+        difference = _cell_difference(mine, theirs, extra)
+        if difference is not None:
+            found.append(f"cell {index}: {difference}")
+    return found
+
+
+def _cell_difference(
+    mine: dict[str, Any], theirs: dict[str, Any], extra: Callable[[dict[str, Any]], bool]
+) -> str | None:
+    mine_outputs = [o for o in mine.pop("outputs", []) if not extra(o)]
+    theirs_outputs = theirs.pop("outputs", [])
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            return f"{key} {_clip(mine.get(key))} != reference {_clip(theirs.get(key))}"
+    shown_mine = [_output(o) for o in mine_outputs]
+    shown_theirs = [_output(o) for o in theirs_outputs]
+    for number, (a, b) in enumerate(zip_longest(shown_mine, shown_theirs)):
+        if a != b:
+            return (
+                f"output {number} {_clip(a)} != reference {_clip(b)} "
+                f"({len(shown_mine)} outputs, the reference {len(shown_theirs)})"
+            )
+    for number, (out_got, out_want) in enumerate(zip(mine_outputs, theirs_outputs, strict=True)):
+        for mime in IMAGES:
+            if mime in out_want.get("data", {}):
+                try:
                     assert_same_image(
                         decode_image(mime, out_got["data"][mime]),
                         decode_image(mime, out_want["data"][mime]),
-                        f"{where}, output {number}, {mime}",
+                        f"output {number}, {mime}",
                     )
+                except AssertionError as exc:
+                    return str(exc)
+    return None
+
+
+def _clip(value: Any, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"

@@ -78,11 +78,6 @@ def stdout_of(cell: dict[str, Any]) -> str:
 # --- golden notebooks ----------------------------------------------------------------------
 
 
-def is_savefig_chart(output: dict[str, Any]) -> bool:
-    """A chart the gateway adds for a `savefig` call: no kernel outside it shows one."""
-    return bool(((output.get("metadata") or {}).get("gateway") or {}).get("source") == "savefig")
-
-
 @pytest.fixture(scope="session")
 def references() -> dict[str, tuple[dict[str, Any], dict[str, bytes]]]:
     """Each golden notebook as nbclient, the reference executor, runs it (once a session)."""

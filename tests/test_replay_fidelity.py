@@ -3,12 +3,17 @@
 A single run's `outputs` also carry the images the code wrote with `savefig` (agents read
 them there); a replayed cell does not, since Jupyter shows nothing for a `savefig` call:
 those charts are in the record's `charts` only (docs/API.md, "Replay and single runs").
+
+A notebook's cells also see what Jupyter gives them: a display updated by its id (from any
+later cell) and modules in the notebook's own folder. The whole corpus of notebooks is
+compared with nbclient in test_replay_corpus.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tests.notebook_compare import assert_same_execution, execute_reference
 from tests.support import Client
 
 
@@ -20,6 +25,17 @@ def code_cell(source: str) -> dict[str, Any]:
         "source": source,
         "outputs": [],
         "execution_count": None,
+    }
+
+
+def python_notebook(*sources: str) -> dict[str, Any]:
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+        "cells": [code_cell(source) for source in sources],
     }
 
 
@@ -53,3 +69,40 @@ def test_a_savefig_cell_gains_no_output_but_its_chart_is_in_the_record(client: C
     # a single run of the same code still shows the saved chart among its outputs
     single = client.run(code=notebook["cells"][0]["source"])
     assert [o["metadata"]["gateway"]["source"] for o in single["outputs"]] == ["savefig"]
+
+
+def test_a_display_update_reaches_every_output_with_its_id_as_in_jupyter(client: Client) -> None:
+    """An `update_display_data`, or a `display_data` that reuses a display id, changes every
+    earlier output with that id, in whichever cell it is: so Jupyter front ends and nbclient
+    show a status display finished by a later cell. Fails today (issue 12): the replay
+    applies an update only to outputs of the cell that sends it, and never applies a
+    repeated `display_data` to the earlier outputs."""
+    nb = python_notebook(
+        "status = display('working', display_id=True)\nstatus.update('half way')",
+        "status.update('done, said a later cell')",
+        "display('first', display_id='shared')\ndisplay('second', display_id='shared')",
+    )
+    want, _ = execute_reference(nb)
+    response = client.request("POST", "/v1/notebooks/run", {"notebook": nb})
+    assert response.status == 200, response.body[:500]
+    got = response.json()["notebook"]
+    shown = [[o["data"]["text/plain"] for o in cell["outputs"]] for cell in got["cells"]]
+    assert shown == [["'done, said a later cell'"], [], ["'second'", "'second'"]]
+    assert_same_execution(got, want)
+
+
+def test_a_notebook_imports_modules_from_its_own_folder(client: Client) -> None:
+    """In Jupyter the kernel's working folder is on `sys.path`: a notebook imports the helper
+    module it wrote (`%%writefile`) or that came with it (`files`). Fails today (issue 12):
+    the kernel starts under `python -P`, and IPython >= 9.7 then leaves the working folder
+    off `sys.path` (it honours `sys.flags.safe_path`)."""
+    nb = python_notebook(
+        "%%writefile written_helper.py\nVALUE = 40",
+        "import staged_helper\nimport written_helper\nprint(written_helper.VALUE + staged_helper.VALUE)",
+    )
+    files = [{"path": "staged_helper.py", "content": "VALUE = 2\n"}]
+    response = client.request("POST", "/v1/notebooks/run", {"notebook": nb, "files": files})
+    assert response.status == 200, response.body[:500]
+    answer = response.json()
+    assert answer["run"]["status"] == "succeeded", answer["run"]["error"]
+    assert answer["run"]["stdout"] == "Writing written_helper.py\n42\n"
