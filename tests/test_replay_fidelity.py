@@ -74,8 +74,8 @@ def test_a_savefig_cell_gains_no_output_but_its_chart_is_in_the_record(client: C
 def test_a_display_update_reaches_every_output_with_its_id_as_in_jupyter(client: Client) -> None:
     """An `update_display_data`, or a `display_data` that reuses a display id, changes every
     earlier output with that id, in whichever cell it is: so Jupyter front ends and nbclient
-    show a status display finished by a later cell. Fails today (issue 12): the replay
-    applies an update only to outputs of the cell that sends it, and never applies a
+    show a status display finished by a later cell. Failed before the fix (issue 12): the
+    replay applied an update only to outputs of the cell that sent it, and never applied a
     repeated `display_data` to the earlier outputs."""
     nb = python_notebook(
         "status = display('working', display_id=True)\nstatus.update('half way')",
@@ -87,15 +87,16 @@ def test_a_display_update_reaches_every_output_with_its_id_as_in_jupyter(client:
     assert response.status == 200, response.body[:500]
     got = response.json()["notebook"]
     shown = [[o["data"]["text/plain"] for o in cell["outputs"]] for cell in got["cells"]]
-    assert shown == [["'done, said a later cell'"], [], ["'second'", "'second'"]]
+    handle = "<DisplayHandle display_id=shared>"  # the last expression's value, as in Jupyter
+    assert shown == [["'done, said a later cell'"], [], ["'second'", "'second'", handle]]
     assert_same_execution(got, want)
 
 
 def test_a_notebook_imports_modules_from_its_own_folder(client: Client) -> None:
     """In Jupyter the kernel's working folder is on `sys.path`: a notebook imports the helper
-    module it wrote (`%%writefile`) or that came with it (`files`). Fails today (issue 12):
-    the kernel starts under `python -P`, and IPython >= 9.7 then leaves the working folder
-    off `sys.path` (it honours `sys.flags.safe_path`)."""
+    module it wrote (`%%writefile`) or that came with it (`files`). Failed before the fix
+    (issue 12): the kernel starts under `python -P`, and IPython >= 9.7 then leaves the
+    working folder off `sys.path` (it honours `sys.flags.safe_path`)."""
     nb = python_notebook(
         "%%writefile written_helper.py\nVALUE = 40",
         "import staged_helper\nimport written_helper\nprint(written_helper.VALUE + staged_helper.VALUE)",

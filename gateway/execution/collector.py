@@ -19,6 +19,8 @@ from gateway.execution.textcap import HeadTailText, truncation_marker
 
 # (output as nbformat dict, display_id or None, True when it replaces an earlier output)
 OutputListener = Callable[[dict[str, Any], str | None, bool], None]
+# (display_id, data, metadata): a display's new content, for outputs of earlier cells
+DisplayUpdate = Callable[[str, dict[str, Any], dict[str, Any]], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +46,15 @@ def _stream_size(entry: _Entry) -> int:
 class OutputCollector:
     """Feed it iopub messages of one execution (`add`); read the capped results after."""
 
-    def __init__(self, caps: Caps, listener: OutputListener | None = None) -> None:
+    def __init__(
+        self,
+        caps: Caps,
+        listener: OutputListener | None = None,
+        on_display: DisplayUpdate | None = None,
+    ) -> None:
         self.caps = caps
         self.listener = listener
+        self.on_display = on_display
         self.stdout = HeadTailText(caps.stream_bytes)
         self.stderr = HeadTailText(caps.stream_bytes)
         self.output = HeadTailText(caps.stream_bytes)
@@ -86,6 +94,8 @@ class OutputCollector:
                     "evalue": content.get("evalue", ""),
                     "traceback": list(content.get("traceback", [])),
                 }
+            if kind == "display_data" and display_id:
+                self._show_everywhere(display_id, content)  # earlier ones show it too
             self._add_rich(_Entry(dict(output), display_id))
         elif kind == "update_display_data":
             self._update_display(content)
@@ -168,11 +178,20 @@ class OutputCollector:
         display_id = (content.get("transient") or {}).get("display_id")
         if not display_id:
             return
+        self._show_everywhere(display_id, content)
+
+    def _show_everywhere(self, display_id: str, content: dict[str, Any]) -> None:
+        """Give every earlier output with this display id the new content, in this cell and
+        (through `on_display`) in earlier ones, as Jupyter does for `update_display_data`
+        and for a `display_data` that reuses an id."""
+        data, metadata = content.get("data", {}), content.get("metadata", {})
         for entry in [*self._head, *self._tail]:
             if entry.display_id == display_id:
-                entry.output["data"] = content.get("data", {})
-                entry.output["metadata"] = content.get("metadata", {})
+                entry.output["data"] = data
+                entry.output["metadata"] = metadata
                 self._notify(entry.output, display_id, True)
+        if self.on_display is not None:
+            self.on_display(display_id, data, metadata)
 
     def _flush_clear(self) -> None:
         if self._clear_pending:
@@ -206,6 +225,10 @@ class OutputCollector:
             else:
                 merged.append(output)
         return merged
+
+    def displays(self) -> list[tuple[dict[str, Any], str]]:
+        """The kept outputs that carry a display id (the same objects `outputs()` holds)."""
+        return [(e.output, e.display_id) for e in [*self._head, *self._tail] if e.display_id]
 
     def final_notes(self) -> list[str]:
         notes = list(self.notes)

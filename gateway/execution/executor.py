@@ -154,7 +154,11 @@ class Execution:
                 return Cell(source="", ending="timeout")
             limit = min(program.cell_timeout, left)
             last = await session.run_cell(
-                cell_json["source"], limit, self.listener, caps=tally.caps()
+                cell_json["source"],
+                limit,
+                self.listener,
+                caps=tally.caps(),
+                on_display=tally.update_display,
             )
             outputs = tally.add(name, last)
             for output in outputs:

@@ -92,6 +92,7 @@ class Tally:
         self.notes: list[str] = []
         self.charts: list[dict[str, Any]] = []  # the record's, in order, savefig ones too
         self.failed = False
+        self.displays: dict[str, list[dict[str, Any]]] = {}  # kept outputs by display id
         self.error: dict[str, Any] | None = None
         self.exit_code: int | None = 0
 
@@ -127,7 +128,16 @@ class Tally:
                     # Jupyter shows nothing for a savefig call: the chart is the record's
                     continue
             kept.append(output)
+        kept_ids = {id(output) for output in kept}
+        for output, display_id in collector.displays():
+            if id(output) in kept_ids:
+                self.displays.setdefault(display_id, []).append(output)
         return kept
+
+    def update_display(self, display_id: str, data: dict[str, Any], metadata: Any) -> None:
+        """A later cell updated a display: earlier cells' outputs with its id show it too."""
+        for output in self.displays.get(display_id, []):
+            output["data"], output["metadata"] = data, metadata
 
     def fail(self, cell: Cell, exit_code: int | None) -> None:
         """Remember the first failing cell: its error and exit code stand for the program."""

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import zmq.asyncio
 
 from gateway.errors import SandboxError
-from gateway.execution.collector import Caps, OutputCollector, OutputListener
+from gateway.execution.collector import Caps, DisplayUpdate, OutputCollector, OutputListener
 from gateway.execution.kernel import KernelClient, connect
 from gateway.runs.models import StagedFile
 from gateway.sandbox.base import Limits, Sandbox, SandboxBackend, SandboxSpec
@@ -82,10 +82,12 @@ class KernelSession:
         timeout: float,
         listener: OutputListener | None = None,
         caps: Caps | None = None,
+        on_display: DisplayUpdate | None = None,
     ) -> Cell:
-        """Run one cell until it ends or `timeout` s pass; `caps` default to the settings'."""
+        """Run one cell until it ends or `timeout` s pass; `caps` default to the settings'.
+        `on_display` hears of display updates meant for outputs of earlier cells."""
         caps = caps_from(self.settings) if caps is None else caps
-        cell = Cell(source=source, collector=OutputCollector(caps, listener))
+        cell = Cell(source=source, collector=OutputCollector(caps, listener, on_display))
         assert cell.collector is not None
         started = time.monotonic()
         msg_id = self.client.execute(source)

@@ -41,9 +41,10 @@ def write_connection_file(path: Path, info: dict[str, Any]) -> None:
 
 def kernel_argv(language: Language, python: str, connection_file: str) -> list[str]:
     """The kernel's command line. `-P` keeps the working folder off `sys.path` while the
-    kernel starts, and our launcher imports the startup extension before IPython adds it:
-    a `sitecustomize.py`, `ipykernel_launcher.py` or `kernels/` planted in a persistent
-    workspace never runs at kernel start (issue 8, hole 3)."""
+    kernel starts, and our launcher imports the startup extension first: a
+    `sitecustomize.py`, `ipykernel_launcher.py` or `kernels/` planted in a persistent
+    workspace never runs at kernel start (issue 8, hole 3). Our extension then puts the
+    working folder on `sys.path` for the user's code, as Jupyter does."""
     if language == "python":
         return [
             python,

@@ -284,6 +284,10 @@ def _seed_font_cache() -> None:
 
 
 def load_ipython_extension(ipython: Any) -> None:
+    # The kernel starts with `python -P`, so that nothing in the working folder runs while
+    # it starts (our modules are imported by now); user code imports from it, as in Jupyter.
+    if "" not in sys.path:
+        sys.path.insert(0, "")
     caps.install(ipython)
     try:
         _seed_font_cache()
