@@ -324,13 +324,14 @@ async def gateway_client(options: MCPOptions) -> AsyncIterator[GatewayClient]:
         token = secrets.token_urlsafe(32)
         tokens = folder / "tokens.json"
         await asyncio.to_thread(_write_tokens, tokens, token)
-        settings = dataclasses.replace(
-            options.settings,
-            host="127.0.0.1",
-            port=0,
-            tokens=tokens,
-            data_dir=options.data_dir or folder / "data",
-            drain_timeout=0.0,  # on exit nobody waits for a result: cancel at once
+        settings = options.settings.model_copy(
+            update={
+                "host": "127.0.0.1",
+                "port": 0,
+                "tokens": tokens,
+                "data_dir": options.data_dir or folder / "data",
+                "drain_timeout": 0.0,  # on exit nobody waits for a result: cancel at once
+            }
         )
         gateway = Gateway(settings)
         await gateway.start()

@@ -1,5 +1,7 @@
 """The one settings object, built once at start from defaults, a config file, `GATEWAY_*`
-environment variables and command-line flags (later sources win), then passed down.
+environment variables and command-line flags (later sources win), validated by one pydantic
+model (types and ranges: a bad value names the setting and what it allows), then passed
+down.
 
 Every field is a flag (`max_timeout` -> `--max-timeout`), an environment variable
 (`GATEWAY_MAX_TIMEOUT`) and a key of the config file (JSON or TOML). Nothing here is read
@@ -9,13 +11,14 @@ at import time.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -28,134 +31,135 @@ Backend = Literal["auto", "docker", "local"]
 SANDBOX_ID = 1_000_000_000
 
 
-def _field(default: Any, help: str, **kw: Any) -> Any:
-    return dataclasses.field(default=default, metadata={"help": help, **kw})
+def setting(default: Any, help: str, **constraints: Any) -> Any:
+    """A setting: its default, its help (also the flag's), and the values it allows."""
+    if isinstance(default, float) or constraints.pop("finite", False):
+        constraints.setdefault("allow_inf_nan", False)
+    return Field(default, description=help, **constraints)
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    host: str = _field("127.0.0.1", "address to listen on")
-    port: int = _field(8888, "port to listen on (0 picks a free one)")
-    backend: Backend = _field("auto", "sandbox backend: docker, local, or auto")
-    data_dir: Path = _field(Path("~/.local/share/kernel-gateway"), "where run records live")
-    workspaces: Path | None = _field(None, "root of the users' persistent workspaces")
-    tokens: Path | None = _field(None, 'JSON file {"<token>": {"user": ..., "role": ...}}')
-    allow_uploads: bool = _field(False, "enable POST /v1/uploads and the archive field")
-    allow_network: bool = _field(False, "let runs ask for outbound network (network: true)")
-    allow_local_multi_user: bool = _field(
+class Settings(BaseModel):
+    """Every setting of the gateway, validated: a bad value names the setting and the
+    values it allows."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    host: str = setting("127.0.0.1", "address to listen on", min_length=1)
+    port: int = setting(8888, "port to listen on (0 picks a free one)", ge=0, le=65535)
+    backend: Backend = setting("auto", "sandbox backend: docker, local, or auto")
+    data_dir: Path = setting(Path("~/.local/share/kernel-gateway"), "where run records live")
+    workspaces: Path | None = setting(None, "root of the users' persistent workspaces")
+    tokens: Path | None = setting(None, 'JSON file {"<token>": {"user": ..., "role": ...}}')
+    allow_uploads: bool = setting(False, "enable POST /v1/uploads and the archive field")
+    allow_network: bool = setting(False, "let runs ask for outbound network (network: true)")
+    allow_local_multi_user: bool = setting(
         False, "serve several users (--tokens) with the local backend, which isolates less"
     )
-    admin_dirs: tuple[str, ...] = _field((), "folders an admin may name as working_dir")
-    allowed_origins: tuple[str, ...] = _field((), "origins allowed on the WebSocket")
+    admin_dirs: tuple[str, ...] = setting((), "folders an admin may name as working_dir")
+    allowed_origins: tuple[str, ...] = setting((), "origins allowed on the WebSocket")
 
-    default_timeout: float = _field(30.0, "run timeout when the request names none, seconds")
-    max_timeout: float = _field(300.0, "largest timeout a request may ask for, seconds")
-    kernel_start_timeout: float = _field(60.0, "how long a kernel may take to become ready")
-    interrupt_grace: float = _field(1.0, "seconds between interrupt and kill at the deadline")
+    default_timeout: float = setting(30.0, "run timeout when the request names none, seconds", gt=0)
+    max_timeout: float = setting(300.0, "largest timeout a request may ask for, seconds", ge=1)
+    kernel_start_timeout: float = setting(60.0, "how long a kernel may take to become ready", gt=0)
+    interrupt_grace: float = setting(
+        1.0, "seconds between interrupt and kill at the deadline", ge=0
+    )
 
-    max_body_bytes: int = _field(48 * MiB, "largest request body")
-    max_code_bytes: int = _field(1 * MiB, "largest `code`")
-    max_files: int = _field(1000, "most `files` in one request")
-    max_file_bytes: int = _field(10 * MiB, "largest single staged file (decoded)")
-    max_files_bytes: int = _field(32 * MiB, "largest total of staged files (decoded)")
-    max_return_files: int = _field(100, "most files matched by `return_files`")
-    max_return_file_bytes: int = _field(1 * MiB, "largest single returned file")
-    max_return_files_bytes: int = _field(8 * MiB, "largest total of returned files")
+    max_body_bytes: int = setting(48 * MiB, "largest request body", ge=1024)
+    max_code_bytes: int = setting(1 * MiB, "largest `code`", ge=1)
+    max_files: int = setting(1000, "most `files` in one request", ge=0)
+    max_file_bytes: int = setting(10 * MiB, "largest single staged file (decoded)", ge=0)
+    max_files_bytes: int = setting(32 * MiB, "largest total of staged files (decoded)", ge=0)
+    max_return_files: int = setting(100, "most files matched by `return_files`", ge=0)
+    max_return_file_bytes: int = setting(1 * MiB, "largest single returned file", ge=0)
+    max_return_files_bytes: int = setting(8 * MiB, "largest total of returned files", ge=0)
 
-    max_upload_bytes: int = _field(21 * MiB, "largest uploaded archive (POST /v1/uploads)")
-    max_unpacked_bytes: int = _field(200 * MiB, "largest total of an archive's files, unpacked")
-    max_archive_entries: int = _field(20000, "most entries (files and folders) in an archive")
-    max_archive_file_bytes: int = _field(50 * MiB, "largest single file in an archive, unpacked")
-    max_archive_ratio: float = _field(100.0, "largest compression ratio of an archive's file")
-    upload_ttl: float = _field(24 * 3600.0, "seconds an uploaded archive is kept")
+    max_upload_bytes: int = setting(21 * MiB, "largest uploaded archive (POST /v1/uploads)", ge=1)
+    max_unpacked_bytes: int = setting(
+        200 * MiB, "largest total of an archive's files, unpacked", ge=0
+    )
+    max_archive_entries: int = setting(
+        20000, "most entries (files and folders) in an archive", ge=1
+    )
+    max_archive_file_bytes: int = setting(
+        50 * MiB, "largest single file in an archive, unpacked", ge=0
+    )
+    max_archive_ratio: float = setting(
+        100.0, "largest compression ratio of an archive's file", ge=1
+    )
+    upload_ttl: float = setting(24 * 3600.0, "seconds an uploaded archive is kept", gt=0)
 
-    stream_cap_bytes: int = _field(1 * MiB, "stdout, stderr and output are each cut to this")
-    display_cap_bytes: int = _field(16 * MiB, "rich outputs (images, HTML) kept per run")
-    output_limit_bytes: int = _field(64 * MiB, "output past this kills the run (output_limit)")
+    stream_cap_bytes: int = setting(
+        1 * MiB, "stdout, stderr and output are each cut to this", ge=64
+    )
+    display_cap_bytes: int = setting(16 * MiB, "rich outputs (images, HTML) kept per run", ge=0)
+    output_limit_bytes: int = setting(
+        64 * MiB, "output past this kills the run (output_limit)", ge=1024
+    )
 
-    max_concurrent_runs: int = _field(4, "runs executing at once")
-    max_queued_runs: int = _field(16, "runs waiting for a slot before 429")
-    max_runs_per_user: int = _field(8, "runs one user may have running or queued")
-    record_ttl: float = _field(7 * 24 * 3600.0, "seconds a run record is kept")
-    drain_timeout: float = _field(330.0, "longest SIGTERM waits for running runs")
+    max_concurrent_runs: int = setting(4, "runs executing at once", ge=1, le=4096)
+    max_queued_runs: int = setting(16, "runs waiting for a slot before 429", ge=0)
+    max_runs_per_user: int = setting(8, "runs one user may have running or queued", ge=1)
+    record_ttl: float = setting(7 * 24 * 3600.0, "seconds a run record is kept", gt=0)
+    drain_timeout: float = setting(330.0, "longest SIGTERM waits for running runs", ge=0)
 
-    cpus: float = _field(1.0, "CPUs per sandbox")
-    memory_bytes: int = _field(1 * GiB, "memory per sandbox")
-    pids: int = _field(256, "processes per sandbox")
-    workdir_bytes: int = _field(1 * GiB, "size of the sandbox's working folder")
-    tmp_bytes: int = _field(256 * MiB, "size of the sandbox's /tmp")
+    cpus: float = setting(1.0, "CPUs per sandbox", gt=0, le=1024)
+    memory_bytes: int = setting(1 * GiB, "memory per sandbox", ge=16 * MiB)
+    pids: int = setting(256, "processes per sandbox", ge=8)
+    workdir_bytes: int = setting(1 * GiB, "size of the sandbox's working folder", ge=MiB)
+    tmp_bytes: int = setting(256 * MiB, "size of the sandbox's /tmp", ge=MiB)
 
-    docker_image: str = _field("gateway-kernel:latest", "kernel image for the docker backend")
-    docker_network: str | None = _field(
+    docker_image: str = setting(
+        "gateway-kernel:latest", "kernel image for the docker backend", min_length=1
+    )
+    docker_network: str | None = setting(
         None,
         "Docker network for runs with network: true (required with --allow-network on "
         "Docker; create it with egress rules that keep runs off the host and metadata)",
     )
-    docker_call_timeout: float = _field(
-        30.0, "longest one Docker engine call may take before the run fails, seconds"
+    docker_call_timeout: float = setting(
+        30.0, "longest one Docker engine call may take before the run fails, seconds", gt=0
     )
-    sandbox_uid: int = _field(
-        SANDBOX_ID, "uid kernels run as: keep it outside the host's account range"
+    sandbox_uid: int = setting(
+        SANDBOX_ID,
+        "uid kernels run as: keep it outside the host's account range",
+        ge=1,
+        le=2**32 - 2,
     )
-    sandbox_gid: int = _field(SANDBOX_ID, "gid kernels run as")
-    instance_id: str | None = _field(None, "gateway instance id (default: kept in data_dir)")
+    sandbox_gid: int = setting(SANDBOX_ID, "gid kernels run as", ge=1, le=2**32 - 2)
+    instance_id: str | None = setting(
+        None, "gateway instance id (default: kept in data_dir)", pattern=r"^[A-Za-z0-9_-]{1,64}$"
+    )
 
-    @property
-    def auth_enabled(self) -> bool:
-        return self.tokens is not None
-
-
-def _coerce(name: str, annotation: Any, value: Any) -> Any:
-    """Turn a string (flag, env) or a config-file value into the field's type."""
-    kind = annotation if isinstance(annotation, str) else str(annotation)
-    if value is None:
-        return None
-    if "tuple" in kind:
+    @field_validator("admin_dirs", "allowed_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part for part in (p.strip() for p in value.split(",")) if part)
-        return tuple(str(v) for v in value)
-    if "Path" in kind:
-        return Path(str(value)).expanduser()
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in {"1", "true", "yes", "on"}:
-            return True
-        if text in {"0", "false", "no", "off", ""}:
-            return False
-        raise ValueError(f"{name}: expected a boolean, got {value!r}")
-    if kind == "int":
-        return int(value)
-    if kind == "float":
-        return float(value)
-    if kind == "Backend":
-        if value not in get_args(Backend):
-            raise ValueError(f"{name}: expected one of {', '.join(get_args(Backend))}")
         return value
-    return str(value)
 
-
-def _fields() -> list[dataclasses.Field[Any]]:
-    return list(dataclasses.fields(Settings))
+    @field_validator("data_dir", "workspaces", "tokens", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return None if value is None else Path(os.path.abspath(value.expanduser()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per setting; unset flags stay None so that lower sources show through."""
     parser.add_argument("--config", type=Path, default=None, help="config file (JSON or TOML)")
-    for f in _fields():
-        flag = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        if field.annotation is bool:
             parser.add_argument(
                 flag,
-                dest=f.name,
+                dest=name,
                 action="store_const",
                 const=True,
                 default=None,
-                help=f.metadata["help"],
+                help=field.description,
             )
         else:
-            parser.add_argument(flag, dest=f.name, default=None, help=f.metadata["help"])
+            parser.add_argument(flag, dest=name, default=None, help=field.description)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -171,9 +175,10 @@ def load(
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """Build the settings: defaults < config file < GATEWAY_* environment < flags < overrides."""
+    """Build the settings: defaults < config file < GATEWAY_* environment < flags < overrides.
+    A bad value raises ValueError naming the setting and what it allows."""
     environ = os.environ if environ is None else environ
-    known = {f.name: f for f in _fields()}
+    known = Settings.model_fields
     values: dict[str, Any] = {}
     config = getattr(args, "config", None) or environ.get("GATEWAY_CONFIG")
     if config:
@@ -191,11 +196,14 @@ def load(
             if flag_value is not None:
                 values[name] = flag_value
     values.update(overrides or {})
-    coerced = {name: _coerce(name, known[name].type, v) for name, v in values.items()}
-    settings = Settings(**coerced)
-    return dataclasses.replace(settings, data_dir=settings.data_dir.expanduser())
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        raise ValueError(_explain(exc)) from None
 
 
-def describe(settings: Settings) -> Sequence[str]:
-    """Settings as `name=value` lines, for logs."""
-    return [f"{f.name}={getattr(settings, f.name)!r}" for f in _fields()]
+def _explain(exc: ValidationError) -> str:
+    """The first problem, as `setting: what is wrong (got value)`."""
+    error = exc.errors()[0]
+    name = ".".join(str(part) for part in error["loc"]) or "settings"
+    return f"{name}: {error['msg']} (got {error.get('input')!r})"

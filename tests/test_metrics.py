@@ -9,9 +9,15 @@ from tests.support import GatewayThread
 
 
 def sample(text: str, name: str) -> float:
-    match = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.MULTILINE)
-    assert match, f"{name} not in:\n{text}"
-    return float(match.group(1))
+    """The value of a sample, `metric` or `metric{a="x",b="y"}` (labels in any order)."""
+    metric, _, labels = name.partition("{")
+    wanted = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+    for line in text.splitlines():
+        match = re.fullmatch(r"(\w+)(?:\{(.*)\})? ([0-9.e+-]+|\+Inf|NaN)", line)
+        labels_of = dict(re.findall(r'(\w+)="([^"]*)"', (match and match.group(2)) or ""))
+        if match and match.group(1) == metric and labels_of == wanted:
+            return float(match.group(3))
+    raise AssertionError(f"{name} not in:\n{text}")
 
 
 def test_metrics_count_runs_and_time_kernel_starts() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -147,3 +148,25 @@ def test_every_setting_is_a_flag_and_an_environment_variable(name: str) -> None:
     flag = ["--" + name.replace("_", "-")] + ([] if parsed is True else [text])
     assert getattr(load(flag, {}), name) == parsed
     assert getattr(load([], {"GATEWAY_" + name.upper(): text}), name) == parsed
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--max-concurrent-runs", "0", "greater than or equal to 1"),
+        ("--cpus", "-2", "greater than 0"),
+        ("--port", "99999", "less than or equal to 65535"),
+        ("--default-timeout", "nan", "finite number"),
+        ("--max-files", "many", "valid integer"),
+        ("--sandbox-uid", "0", "greater than or equal to 1"),
+        ("--backend", "kubernetes", "'auto', 'docker' or 'local'"),
+    ],
+)
+def test_nonsense_settings_are_refused_naming_the_setting(flag: str, value: str, says: str) -> None:
+    """Issue 9: settings once accepted `max_concurrent_runs=0`, `cpus=-2`, `port=99999` and
+    a NaN timeout, and a bad integer failed without naming the setting."""
+    name = flag.removeprefix("--").replace("-", "_")
+    with pytest.raises(ValueError, match=rf"^{name}: .*{re.escape(says)}"):
+        load([flag, value], {})
+    with pytest.raises(ValueError, match=rf"^{name}: "):
+        load([], {"GATEWAY_" + name.upper(): value})

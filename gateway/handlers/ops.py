@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
+from gateway.metrics import CONTENT_TYPE
 from gateway.version import __version__
 
 
@@ -23,5 +24,5 @@ class HealthHandler(BaseHandler):
 
 class MetricsHandler(BaseHandler):
     def get(self) -> None:
-        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.set_header("Content-Type", CONTENT_TYPE)
         self.finish(self.services.metrics.render())

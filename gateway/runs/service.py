@@ -60,9 +60,9 @@ class RunService:
         self._slots = asyncio.Semaphore(settings.max_concurrent_runs)
         self._running = 0
         self._draining = False
-        metrics.gauges["gateway_queue_length"] = lambda: float(self.queued)
-        metrics.gauges["gateway_runs_running"] = lambda: float(self._running)
-        metrics.gauges["gateway_kernels_pooled"] = lambda: 0.0
+        metrics.gauge("gateway_queue_length", "Runs waiting for a slot.", lambda: self.queued)
+        metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self._running)
+        metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", lambda: 0.0)
 
     @property
     def queued(self) -> int:
