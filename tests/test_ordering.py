@@ -149,6 +149,16 @@ def test_bash_a_line_after_a_flood_on_the_other_stream_keeps_its_place(client: C
     ]
 
 
+def test_bash_kernel_idles_after_a_flood(client: Client) -> None:
+    # after a flood the quiet stream is gated; the kernel must still sleep, not spin, while
+    # the cell goes on (CPU time, not wall time: a spinning loop burns it even on busy cores)
+    quiet = client.run(code="sleep 3", language="bash")
+    flood = client.run(code="seq 1 100000 >/dev/null; seq 1 100000; sleep 3", language="bash")
+    assert flood["status"] == quiet["status"] == "succeeded"
+    extra = flood["usage"]["cpu_ms"] - quiet["usage"]["cpu_ms"]
+    assert extra < 700, (quiet["usage"], flood["usage"])
+
+
 def test_bash_reopened_stderr_and_redirected_stderr_still_work(client: Client) -> None:
     # /dev/stderr reopens the stderr pipe (not in packet mode); exec 2>file takes stderr away
     code = "echo a\necho x >/dev/stderr\nexec 2>/dev/null\necho hidden >&2\necho b"

@@ -60,6 +60,7 @@ is paced by the kernel's reading, about a context switch per write.
 from __future__ import annotations
 
 import array
+import collections
 import contextlib
 import ctypes
 import ctypes.util
@@ -166,7 +167,8 @@ class OrderedPipes:
         self._signalfd: int | None = None
         self._libc: _Libc | None = None
         self._thread = 0
-        self._log: list[tuple[bool, str]] = []  # (is our marker, stream), oldest first
+        self._log: collections.deque[tuple[bool, str]] = collections.deque()
+        # the log: (is our marker, stream), oldest first
         self._slot_open = dict.fromkeys(STREAMS, True)
         self._stalled_since: float | None = None
         self._run_stream, self._run_length = "", 0
@@ -268,7 +270,10 @@ class OrderedPipes:
     # -- state for the event loop ----------------------------------------------------------------
 
     def poll_fds(self) -> list[int]:
-        fds = [fd for fd in self._read_fds.values() if fd is not None]
+        """The fds to wait on. Not a gated pipe: the gate keeps it readable, and a writer
+        there shows up as a signal."""
+        gated = None if self._bulk is None else _other(self._bulk)
+        fds = [fd for name, fd in self._read_fds.items() if fd is not None and name != gated]
         if self._signalfd is not None:
             fds.append(self._signalfd)
         return fds
@@ -362,14 +367,14 @@ class OrderedPipes:
                     elif self._wait_for_packet():
                         break  # the rest of the log waits for this packet
                 else:
-                    self._stalled_since = None
                     self._mark(name, chunks)
                     data = self._read_packet(name, fd)
                     self._slot_open[name] = False
                     if data:
                         chunks.append((name, data))
                         self._count_run(name, chunks)
-            self._log.pop(0)
+            self._stalled_since = None  # whatever happened, the entry no longer waits
+            self._log.popleft()
         if not self._log:
             for name, fd in list(self._read_fds.items()):
                 # EOF raises no signal once the last write's slot was used
