@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,6 +229,10 @@ async def _stream_events(port: int, language: str, code: str) -> list[dict[str, 
         return events
     finally:
         ws.close()
+        # let the close handshake finish inside this event loop, or the socket leaks
+        with contextlib.suppress(asyncio.TimeoutError):
+            while await asyncio.wait_for(ws.read_message(), 5) is not None:
+                pass
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
