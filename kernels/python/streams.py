@@ -93,7 +93,6 @@ def patch_out_stream(module: ModuleType) -> None:
         return
     _chunk_messages(out_stream)
     _order_streams(out_stream)
-    _bound_buffers(out_stream)
 
 
 def _chunk_messages(out_stream: Any) -> None:
@@ -155,10 +154,14 @@ def _sender(pub_thread: Any, messages: list[tuple[list[Any], dict[str, Any]]]) -
 
 
 def _order_streams(out_stream: Any) -> None:
+    """Replace `_flush` and `write` (see the module docstring); `write` also keeps each
+    stream's buffer small (the writer waits for a flush after every FLUSH_AT characters:
+    ipykernel would send whatever accumulated in 0.2 s as one message, so a print loop grew one
+    buffer, and one message, without bound)."""
     write = out_stream.write
 
     def ordered_flush(self: Any) -> None:
-        """Replaces `OutStream._flush`: take this stream's buffer, then send the queue."""
+        """Take this stream's buffer, then send the queue."""
         self._flush_pending = False
         self._subprocess_flush_pending = False
         if self.echo is not None:
@@ -173,36 +176,10 @@ def _order_streams(out_stream: Any) -> None:
 
     def ordered_write(self: Any, string: str) -> Any:
         if string and self.pub_thread is not None:
-            with _QUEUE.lock:
-                last, _QUEUE.last = _QUEUE.last, self
-                if last is not None and last is not self:
-                    _QUEUE.take(last)
-                schedule = bool(_QUEUE.items) and not _QUEUE.send_scheduled
-                _QUEUE.send_scheduled = _QUEUE.send_scheduled or schedule
-                full = _QUEUE.full()
-            if schedule:
-                self.pub_thread.schedule(_send_queued)
-            if full:
-                self.flush()  # waits until the iopub thread has sent the queue
-        return write(self, string)
-
-    ordered_flush.__wrapped__ = out_stream._flush  # type: ignore[attr-defined]
-    ordered_write.__wrapped__ = write  # type: ignore[attr-defined]
-    out_stream._flush = ordered_flush
-    out_stream.write = ordered_write
-
-
-def _bound_buffers(out_stream: Any) -> None:
-    """Keep ipykernel's stdout/stderr buffers small.
-
-    ipykernel sends whatever accumulated in 0.2 s as one message, so a print loop grows one
-    buffer (and one message) without bound: the kernel runs out of memory before anything
-    arrives, and the gateway would have to hold the whole message before capping it. Here
-    a writer waits for a flush after every FLUSH_AT characters.
-    """
-    write = out_stream.write
-
-    def bounded_write(self: Any, string: str) -> Any:
+            if _QUEUE.last is not self:
+                _switch(self)
+            elif _QUEUE.items and _QUEUE.full():  # lock-free: the common case
+                self.flush()
         written = write(self, string)
         pending = self.__dict__.get("_gateway_pending", 0) + len(string)
         if pending >= FLUSH_AT:
@@ -211,8 +188,26 @@ def _bound_buffers(out_stream: Any) -> None:
         self.__dict__["_gateway_pending"] = pending
         return written
 
-    bounded_write.__wrapped__ = write  # type: ignore[attr-defined]
-    out_stream.write = bounded_write
+    ordered_flush.__wrapped__ = out_stream._flush  # type: ignore[attr-defined]
+    ordered_write.__wrapped__ = write  # type: ignore[attr-defined]
+    out_stream._flush = ordered_flush
+    out_stream.write = ordered_write
+
+
+def _switch(stream: Any) -> None:
+    """`stream` is about to be written and another was written last: queue what that one
+    holds, have the queue sent, and wait for the iopub thread if the queue is full."""
+    with _QUEUE.lock:
+        last, _QUEUE.last = _QUEUE.last, stream
+        if last is not None and last is not stream:
+            _QUEUE.take(last)
+        schedule = bool(_QUEUE.items) and not _QUEUE.send_scheduled
+        _QUEUE.send_scheduled = _QUEUE.send_scheduled or schedule
+        full = _QUEUE.full()
+    if schedule:
+        stream.pub_thread.schedule(_send_queued)
+    if full:
+        stream.flush()  # waits until the iopub thread has sent the queue
 
 
 def keep_every_message(iopub_thread: Any) -> None:
