@@ -10,7 +10,8 @@ Here all stream text leaves through one queue, in write order:
   share a buffer: one message per change of stream, never one per write;
 - every flush (ipykernel's periodic one, `flush()`, the end of a cell) takes its own stream's
   buffer into the queue, then sends the whole queue, oldest first, from the iopub thread;
-- taking and queueing happen under one lock; nothing blocks while holding it.
+- taking and queueing happen under one lock, never held while waiting; a write to the stream
+  written last, with nothing queued, takes no lock at all (a print loop costs what it did).
 
 Why the order holds for one writing thread: text t1 written to stream A before t2 is written
 to stream B means a switch away from A happened in between, and that switch took A (with t1,
