@@ -47,6 +47,7 @@ CHANNELS = ("shell", "control", "stdin", "iopub", "hb")
 STREAMS = ("stdout", "stderr")
 FLUSH_INTERVAL = 0.05  # seconds between the stream messages of a burst of output
 MAX_CHUNK = 64 * 1024  # bytes of output per stream message
+MAX_SEGMENTS = 1024  # changes of stream held back before messages go out
 MARKER_GRACE = 2.0  # after `done`, how long to wait for the end markers on stdout and stderr
 INTERRUPT_GRACE = 3.0  # after SIGINT, how long a cell may go on before bash is killed
 DRAIN_GRACE = 0.5  # after bash died, how long to read output still in the pipes
@@ -105,41 +106,51 @@ class Cell:
 
 
 class Output:
-    """Turns stdout/stderr bytes into stream messages: one per stream at most every
-    FLUSH_INTERVAL (the first right away), or sooner once MAX_CHUNK bytes are waiting."""
+    """Turns stdout/stderr bytes into stream messages, in the order they came.
+
+    Consecutive bytes of one stream go out as one message, and a change of stream starts a
+    new one (as nbformat merges outputs), so a burst costs one message per change of stream,
+    not one per write. Messages leave at most every FLUSH_INTERVAL (the first right away), or
+    as soon as MAX_CHUNK bytes or MAX_SEGMENTS changes of stream are waiting; none is longer
+    than MAX_CHUNK bytes.
+    """
 
     def __init__(self, publish: Callable[[str, str], None]) -> None:
         self._publish = publish
-        self._pending = {name: bytearray() for name in STREAMS}
+        self._pending: list[tuple[str, bytearray]] = []  # (stream, bytes), oldest first
+        self._size = 0
         self._decoders = {
             name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS
         }
-        self._order: list[str] = []  # streams with pending bytes, first arrival first
         self._last_flush = 0.0
 
     def add(self, name: str, data: bytes, now: float) -> None:
         if not data:
             return
-        if name not in self._order:
-            self._order.append(name)
-        pending = self._pending[name]
-        pending += data
-        if len(pending) >= MAX_CHUNK or now - self._last_flush >= FLUSH_INTERVAL:
+        if self._pending and self._pending[-1][0] == name:
+            self._pending[-1][1].extend(data)
+        else:
+            self._pending.append((name, bytearray(data)))
+        self._size += len(data)
+        if (
+            self._size >= MAX_CHUNK
+            or len(self._pending) >= MAX_SEGMENTS
+            or now - self._last_flush >= FLUSH_INTERVAL
+        ):
             self.flush(now)
 
     def deadline(self) -> float | None:
-        return self._last_flush + FLUSH_INTERVAL if self._order else None
+        return self._last_flush + FLUSH_INTERVAL if self._pending else None
 
     def flush(self, now: float, final: bool = False) -> None:
-        for name in self._order:
-            pending, decoder = self._pending[name], self._decoders[name]
-            while pending:
-                piece = bytes(pending[:MAX_CHUNK])
-                del pending[:MAX_CHUNK]
-                text = decoder.decode(piece)
+        for name, pending in self._pending:
+            decoder = self._decoders[name]
+            for start in range(0, len(pending), MAX_CHUNK):
+                text = decoder.decode(bytes(pending[start : start + MAX_CHUNK]))
                 if text:
                     self._publish(name, text)
-        self._order.clear()
+        self._pending.clear()
+        self._size = 0
         if final:
             for name, decoder in self._decoders.items():
                 text = decoder.decode(b"", final=True)
@@ -189,6 +200,8 @@ class BashKernel:
         self.control_socket = self._bind(zmq.ROUTER, "control")
         self.stdin_socket = self._bind(zmq.ROUTER, "stdin")
         self.iopub_socket = self._bind(zmq.XPUB, "iopub")  # XPUB: welcome new subscribers
+        # wait for a slow subscriber instead of dropping messages (one per change of stream)
+        self.iopub_socket.setsockopt(zmq.XPUB_NODROP, 1)
         self._hb_socket = self._bind(zmq.REP, "hb")
         self._heartbeat = threading.Thread(
             target=_echo_heartbeats, args=(self._hb_socket,), daemon=True
@@ -269,12 +282,8 @@ class BashKernel:
             return
         code = bash.kill()
         if self.cell is not None:
-            for name in STREAMS:
-                for _ in range(64):  # what is in the pipe; never wait for writers outside
-                    data = bash.read_stream(name)
-                    if not data:
-                        break
-                    self._on_output(name, data)
+            for name, data in bash.drain_output():  # never wait for writers outside
+                self._on_output(name, data)
             self._finish(self.cell.status if self.cell.status is not None else code)
         bash.close()
         self.bash = self._dead = None
@@ -299,13 +308,10 @@ class BashKernel:
                 self._on_signals()
             bash = self.bash
             if bash is not None:
+                for name, data in bash.read_output():  # before `done`: the output came first
+                    self._on_output(name, data)
                 if bash.status_fd in events and not bash.status_eof:
                     self._on_status(bash)
-                for name, stream_fd in bash.stream_fds.items():
-                    if stream_fd is not None and stream_fd in events:
-                        data = bash.read_stream(name)
-                        if data:
-                            self._on_output(name, data)
             if self.control_socket in events:
                 self._receive(self.control_socket, self.control_handlers)
             if self.running and self.cell is None and self.shell_socket in events:
@@ -321,7 +327,7 @@ class BashKernel:
         bash = self.bash
         if bash is None:
             return []
-        fds = [fd for fd in bash.stream_fds.values() if fd is not None]
+        fds = bash.output.poll_fds()
         if not bash.status_eof:
             fds.append(bash.status_fd)
         return fds
@@ -331,6 +337,8 @@ class BashKernel:
         deadlines = [now + IDLE_INTERVAL]
         if (flush_at := self.output.deadline()) is not None:
             deadlines.append(flush_at)
+        if self.bash is not None and (stalled := self.bash.output.deadline()) is not None:
+            deadlines.append(stalled)
         cell = self.cell
         if cell is not None:
             bash = self.bash
@@ -379,7 +387,7 @@ class BashKernel:
                 return
             self._dead = (bash.kill(), now + DRAIN_GRACE)  # kill what it left in the background
         code, drain_until = self._dead
-        if any(fd is not None for fd in bash.stream_fds.values()) and now < drain_until:
+        if bash.output_open() and now < drain_until:
             return
         bash.close()
         self.bash = self._dead = None

@@ -5,29 +5,33 @@ bash's stdin is /dev/null; it talks to the kernel over pipes:
 - fd 60 (kernel -> bash): one line per cell, the cell's marker token; the cell itself is in a
   file that bash `source`s, so variables, functions, `cd` and exports persist between cells;
 - fd 61 (bash -> kernel): status lines, ``ready VERSION``, ``start`` and ``done STATUS FLAGS``;
-- stdout and stderr: two separate pipes. After each cell the command loop writes
-  ``\\x1e TOKEN \\x1e`` to both (through fds 62/63, copies of the original pipes, so a cell's
-  ``exec >file`` cannot hide it); the kernel cuts each stream at its marker with `MarkerCutter`.
+- stdout and stderr: two pipes that the kernel reads back in write order
+  (`kernels.bash.pipes`). After each cell the command loop writes ``\\x1e TOKEN \\x1e`` to
+  both (through fds 62/63, copies of the original pipes, so a cell's ``exec >file`` cannot hide
+  it); the kernel cuts each stream at its marker with `MarkerCutter`.
 
 SIGINT makes the running cell return 130: the INT trap sets a DEBUG trap (inherited by functions
 through ``set -T``) that returns from every function and from the sourced cell, after which the
 loop removes it again. bash runs in its own session, so the kernel can signal or kill the whole
-process group; if the kernel dies, bash sees EOF on fd 60 and kills its session.
+process group; if the kernel dies, bash sees EOF on fd 60 and kills its session. bash starts
+with an empty signal mask and SIGPIPE at its default, whatever the kernel blocks or ignores.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import select
 import shlex
+import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-READ_SIZE = 64 * 1024
+from kernels.bash.pipes import Chunk, OrderedPipes
+
 CELL_FILE = "cell.sh"
 
 _BOOTSTRAP = r"""
@@ -98,6 +102,84 @@ def _kill_session(sid: int) -> None:
             continue
 
 
+class _Child:
+    """A process started with posix_spawn: subprocess cannot give the child a signal mask of
+    its own, and the kernel blocks the signals that record the output's order."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    @classmethod
+    def spawn(
+        cls, argv: list[str], stdout: int, stderr: int, keep: tuple[int, ...], env: dict[str, str]
+    ) -> _Child:
+        """Run argv in a new session: stdin /dev/null, the given stdout and stderr, the fds in
+        `keep` under their own numbers, no other fd of ours, default signal mask and SIGPIPE."""
+        program = shutil.which(argv[0], path=env.get("PATH", os.defpath))
+        if program is None:
+            raise FileNotFoundError(errno.ENOENT, "not found on PATH", argv[0])
+        devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        actions: list[tuple[int, ...]] = [
+            (os.POSIX_SPAWN_DUP2, devnull, 0),
+            (os.POSIX_SPAWN_DUP2, stdout, 1),
+            (os.POSIX_SPAWN_DUP2, stderr, 2),
+        ]
+        try:
+            for fd in _inheritable_fds():  # what subprocess's close_fds would close
+                if fd > 2 and fd not in keep:
+                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
+            for fd in keep:
+                os.set_inheritable(fd, True)
+            pid = os.posix_spawn(
+                program,
+                argv,
+                env,
+                file_actions=actions,
+                setsid=True,
+                setsigmask=(),
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
+        finally:
+            os.close(devnull)
+            for fd in keep:
+                with contextlib.suppress(OSError):
+                    os.set_inheritable(fd, False)
+        return cls(pid)
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal), or None while it runs."""
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid == self.pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL  # reaped elsewhere: report it as killed
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _inheritable_fds() -> list[int]:
+    try:
+        fds = [int(entry) for entry in os.listdir("/proc/self/fd")]
+    except OSError:
+        return []
+    inheritable = []
+    for fd in fds:
+        with contextlib.suppress(OSError):  # the listing's own fd is gone by now
+            if os.get_inheritable(fd):
+                inheritable.append(fd)
+    return inheritable
+
+
 class BashShell:
     """One bash process; the kernel owns the event loop and reads the fds this exposes."""
 
@@ -110,31 +192,32 @@ class BashShell:
         self.killed = False
         cmd_r, cmd_w = os.pipe()
         status_r, status_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
         cmd_r, status_w = _high_fd(cmd_r), _high_fd(status_w)
         boot = _BOOTSTRAP.format(cmd=cmd_r, status=status_w, cell=shlex.quote(str(self.cell_path)))
         try:
-            self.proc = subprocess.Popen(
+            self.output = OrderedPipes()
+        except OSError as exc:
+            for fd in (cmd_r, cmd_w, status_r, status_w):
+                os.close(fd)
+            raise ShellError(f"cannot make the output pipes: {exc}") from exc
+        try:
+            self.proc = _Child.spawn(
                 ["bash", "--noprofile", "--norc", "-c", boot, "bash"],
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                pass_fds=(cmd_r, status_w),
-                env=env,
-                start_new_session=True,
+                self.output.child_ends["stdout"],
+                self.output.child_ends["stderr"],
+                (cmd_r, status_w),
+                env,
             )
         except OSError as exc:
-            for fd in (cmd_r, cmd_w, status_r, status_w, out_r, out_w, err_r, err_w):
+            for fd in (cmd_r, cmd_w, status_r, status_w):
                 os.close(fd)
+            self.output.close()
             raise ShellError(f"cannot start bash: {exc}") from exc
-        for fd in (cmd_r, status_w, out_w, err_w):
+        for fd in (cmd_r, status_w):
             os.close(fd)
         self._cmd_fd = cmd_w
         self.status_fd = status_r
-        self.stream_fds: dict[str, int | None] = {"stdout": out_r, "stderr": err_r}
-        for fd in (status_r, out_r, err_r):
-            os.set_blocking(fd, False)
+        os.set_blocking(status_r, False)
         self._status_buf = b""
 
     @property
@@ -181,20 +264,17 @@ class BashShell:
         *lines, self._status_buf = self._status_buf.split(b"\n")
         return [line.decode("utf-8", "replace") for line in lines]
 
-    def read_stream(self, name: str) -> bytes | None:
-        """Up to READ_SIZE bytes of stdout/stderr; b"" if none is waiting, None at EOF."""
-        fd = self.stream_fds[name]
-        if fd is None:
-            return None
-        try:
-            data = os.read(fd, READ_SIZE)
-        except BlockingIOError:
-            return b""
-        if not data:
-            os.close(fd)
-            self.stream_fds[name] = None
-            return None
-        return data
+    def read_output(self) -> list[Chunk]:
+        """stdout/stderr chunks that can be passed on now, in the order bash wrote them."""
+        return self.output.read()
+
+    def drain_output(self) -> list[Chunk]:
+        """What the pipes still hold, without waiting for writers (bash is gone)."""
+        return self.output.drain()
+
+    def output_open(self) -> bool:
+        """Whether stdout or stderr can still deliver output (a pipe not yet at EOF)."""
+        return any(self.output.is_open(name) for name in ("stdout", "stderr"))
 
     def poll(self) -> int | None:
         """bash's exit status (128 + signal if killed by one), or None while it runs."""
@@ -213,6 +293,7 @@ class BashShell:
             _kill_session(self.proc.pid)
             with contextlib.suppress(OSError):
                 os.close(self._cmd_fd)
+            self.output.release_writers()
         return exit_status(self.proc.wait())
 
     def close(self) -> None:
@@ -221,10 +302,7 @@ class BashShell:
         if not self.status_eof:
             self.status_eof = True
             os.close(self.status_fd)
-        for name, fd in self.stream_fds.items():
-            if fd is not None:
-                os.close(fd)
-                self.stream_fds[name] = None
+        self.output.close()
 
 
 class MarkerCutter:

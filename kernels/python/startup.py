@@ -4,7 +4,8 @@ It makes charts come back without the user asking: `plt.show()` and figures left
 displayed by matplotlib's inline backend (with the chart's data in the output metadata),
 and every `savefig` call also publishes the saved image with its path. It also holds the
 two helpers the gateway calls through silent requests: `prepare` and `result_value`.
-No code is prepended to the user's cell.
+stdout and stderr keep the order the program wrote them in, within bounded buffers
+(`kernels.python.streams`). No code is prepended to the user's cell.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from kernels.python import caps
 from kernels.python.chartspec import figure_spec
+from kernels.python.streams import keep_every_message, patch_out_stream
 
 _RESERVED = frozenset({"input", "result", "output"})
 _SAVED_MIME = {
@@ -190,46 +192,8 @@ def _patch_inline(module: ModuleType) -> None:
     module.__dict__["_fetch_figure_metadata"] = fetch_with_spec
 
 
-STREAM_CHUNK = 64 * 1024
-FLUSH_AT = 1024 * 1024
-
-
-def _bound_stream_buffers(module: ModuleType) -> None:
-    """Keep ipykernel's stdout/stderr buffers and messages small.
-
-    ipykernel sends whatever accumulated in 0.2 s as one message, so a print loop grows one
-    buffer (and one message) without bound: the kernel runs out of memory before anything
-    arrives, and the gateway would have to hold the whole message before capping it. Here
-    a writer waits for a flush after every FLUSH_AT characters (backpressure), and a flush
-    goes out in messages of at most STREAM_CHUNK characters.
-    """
-    out_stream = module.OutStream
-    flush_buffers, write = out_stream._flush_buffers, out_stream.write
-    if hasattr(flush_buffers, "__wrapped__"):
-        return
-
-    def chunked_flush_buffers(self: Any) -> Any:
-        for parent, data in flush_buffers(self):
-            for start in range(0, len(data), STREAM_CHUNK):
-                yield parent, data[start : start + STREAM_CHUNK]
-
-    def bounded_write(self: Any, string: str) -> Any:
-        written = write(self, string)
-        pending = self.__dict__.get("_gateway_pending", 0) + len(string)
-        if pending >= FLUSH_AT:
-            pending = 0
-            self.flush()
-        self.__dict__["_gateway_pending"] = pending
-        return written
-
-    chunked_flush_buffers.__wrapped__ = flush_buffers  # type: ignore[attr-defined]
-    bounded_write.__wrapped__ = write  # type: ignore[attr-defined]
-    out_stream._flush_buffers = chunked_flush_buffers
-    out_stream.write = bounded_write
-
-
 _AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {
-    "ipykernel.iostream": _bound_stream_buffers,
+    "ipykernel.iostream": patch_out_stream,
     "matplotlib.figure": _patch_figure,
     "matplotlib_inline.backend_inline": _patch_inline,
 }
@@ -248,7 +212,7 @@ class _PatchingLoader(importlib.abc.Loader):
         try:
             self.patch(module)
         except Exception as exc:
-            print(f"[gateway] chart capture is off: {exc}", file=sys.stderr)
+            print(f"[gateway] could not patch {module.__name__}: {exc}", file=sys.stderr)
 
 
 class _AfterImportFinder(importlib.abc.MetaPathFinder):
@@ -293,6 +257,9 @@ def load_ipython_extension(ipython: Any) -> None:
         _seed_font_cache()
     except OSError as exc:  # only slower charts: matplotlib builds its own cache
         print(f"[gateway] no font cache: {exc}", file=sys.stderr)
+    kernel = getattr(ipython, "kernel", None)
+    if kernel is not None and getattr(kernel, "iopub_thread", None) is not None:
+        keep_every_message(kernel.iopub_thread)
     warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
     sys.meta_path.insert(0, _AfterImportFinder())
     for name, patch in _AFTER_IMPORT.items():
