@@ -34,7 +34,8 @@ from gateway.execution.session import (
     limits_from,
     open_session,
 )
-from gateway.runs.models import RunRecord, StagedFile, now_rfc3339
+from gateway.models.common import now_rfc3339
+from gateway.runs.models import RunRecord, StagedFile
 from gateway.sandbox.base import ReadLimits, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 

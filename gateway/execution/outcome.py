@@ -19,7 +19,8 @@ from gateway.execution.collector import Caps
 from gateway.execution.program import Program
 from gateway.execution.session import Cell
 from gateway.execution.textcap import HeadTailText
-from gateway.runs.models import KillReason, RunRecord, Usage
+from gateway.models.common import KillReason
+from gateway.runs.models import RunRecord, Usage
 from gateway.runs.notebook import store_notebook
 from gateway.sandbox.base import Death, FilesRead, LimitEvent
 from gateway.settings import Settings

@@ -18,7 +18,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.runs.models import Language, RunRequest, StagedFile
+from gateway.models.common import Language
+from gateway.runs.models import RunRequest, StagedFile
 from gateway.runs.notebook import notebook_metadata
 from gateway.runs.notebook_request import NotebookRequest, cell_source, is_code
 from gateway.sandbox.workspace import WorkspaceRef

@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import secrets
-from typing import Any, Literal
+from typing import Any
 
+from gateway.models.common import FINAL_STATUSES, KillReason, Language, Status, now_rfc3339
 from gateway.sandbox.workspace import WorkspaceRef
-
-Language = Literal["python", "bash"]
-LANGUAGES: tuple[Language, ...] = ("python", "bash")
-
-Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "killed", "cancelled"]
-FINAL_STATUSES: frozenset[str] = frozenset(
-    {"succeeded", "failed", "timed_out", "killed", "cancelled"}
-)
-KillReason = Literal["timeout", "memory", "output_limit", "pids", "cancelled"]
-
-
-def new_run_id() -> str:
-    return "run_" + secrets.token_hex(10)
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclasses.dataclass(frozen=True)

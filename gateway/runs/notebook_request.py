@@ -19,7 +19,8 @@ from typing import Any, TypeGuard
 import nbformat
 
 from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedLanguage
-from gateway.runs.models import LANGUAGES, Language, StagedFile
+from gateway.models.common import LANGUAGES, Language
+from gateway.runs.models import StagedFile
 from gateway.runs.notebook import notebook_metadata
 from gateway.runs.validation import (
     parse_env,

@@ -17,7 +17,8 @@ from gateway.execution.collector import OutputListener
 from gateway.execution.executor import Execution
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
-from gateway.runs.models import RunRecord, RunRequest, new_run_id
+from gateway.models.common import new_run_id
+from gateway.runs.models import RunRecord, RunRequest
 from gateway.runs.notebook import store_notebook
 from gateway.runs.notebook_request import NotebookRequest
 from gateway.runs.store import RecordStore

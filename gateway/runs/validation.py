@@ -22,7 +22,8 @@ from gateway.errors import (
     PayloadTooLarge,
     UnsupportedLanguage,
 )
-from gateway.runs.models import LANGUAGES, Language, RunRequest, StagedFile
+from gateway.models.common import LANGUAGES, Language
+from gateway.runs.models import RunRequest, StagedFile
 from gateway.sandbox.workspace import WorkspaceRef, split_below, user_folder
 from gateway.settings import Settings
 

@@ -33,7 +33,8 @@ import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
-from gateway.runs.models import Language, StagedFile, Usage
+from gateway.models.common import Language
+from gateway.runs.models import StagedFile, Usage
 from gateway.sandbox.workspace import WorkspaceRef
 
 LimitEvent = Literal["memory", "pids"]

@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from gateway.runs.models import Language
+from gateway.models.common import Language
 
 # Ports are only suffixes of the socket file names with the ipc transport.
 _CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}

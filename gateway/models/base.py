@@ -1,0 +1,114 @@
+"""What every body that crosses the API shares: strict parsing, and one translation of a
+pydantic `ValidationError` into the API's error shape.
+
+- Strict: no coercion (`"1"` is not a number, `true` is not one either), unknown fields are
+  refused (400 `invalid_request`, `field` naming the first), NaN and infinities too.
+- An explicit `null` is the same as leaving a field out, everywhere (docs/API.md).
+- A validator that needs one of our error codes raises `PydanticCustomError(code, ...)`
+  with that code as its type (`invalid_path`, `unsupported_language`, ...); anything else
+  is `invalid_request`. `field` is the location as a path: `files[2].path`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
+
+from gateway.errors import (
+    ConflictingFields,
+    Forbidden,
+    GatewayError,
+    InvalidPath,
+    InvalidRequest,
+    PayloadTooLarge,
+    UnsupportedLanguage,
+)
+from gateway.models.common import LANGUAGES
+
+B = TypeVar("B", bound="Body")
+
+# Our error codes a validator may raise as a PydanticCustomError type.
+_CODES: dict[str, type[GatewayError]] = {
+    "invalid_path": InvalidPath,
+    "unsupported_language": UnsupportedLanguage,
+    "conflicting_fields": ConflictingFields,
+    "payload_too_large": PayloadTooLarge,
+    "forbidden": Forbidden,
+}
+
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "dict_type": "an object",
+    "list_type": "a list",
+    "model_type": "an object",
+    "finite_number": "a finite number",
+}
+
+
+class Body(BaseModel):
+    """A JSON body (or part of one) the API accepts."""
+
+    model_config = ConfigDict(
+        strict=True, extra="forbid", allow_inf_nan=False, populate_by_name=True
+    )
+
+    @classmethod
+    def parse(cls: type[B], data: Any, prefix: str = "") -> B:
+        """Validate decoded JSON; every problem is the API's GatewayError."""
+        if not isinstance(data, Mapping):
+            raise InvalidRequest(
+                "The request body must be a JSON object.", field=prefix.rstrip(".") or None
+            )
+        # an explicit null is the same as leaving the field out
+        present = {key: value for key, value in data.items() if value is not None}
+        try:
+            return cls.model_validate(present)
+        except ValidationError as exc:
+            raise translate(exc, prefix) from None
+
+
+def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    """`("files", 2, "path")` -> `files[2].path`."""
+    path = prefix.rstrip(".")
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path = f"{path}.{part}" if path else str(part)
+    return path
+
+
+def translate(exc: ValidationError, prefix: str = "") -> GatewayError:
+    """The API's error for the first problem pydantic found."""
+    errors = exc.errors(include_url=False)
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        names = [field_path(e["loc"], prefix) for e in unknown]
+        return InvalidRequest(f"Unknown field(s): {', '.join(names)}.", field=names[0])
+    error = errors[0]
+    field = field_path(error["loc"], prefix) or None
+    kind = error["type"]
+    if kind == "literal_error" and error["loc"][-1:] == ("language",):
+        return UnsupportedLanguage(
+            f"The language {error['input']!r} is not supported; use one of: "
+            f"{', '.join(LANGUAGES)}.",
+            field=field,
+        )
+    if kind in _CODES:
+        return _CODES[kind](error["msg"], field=field)
+    if kind == "missing":
+        return InvalidRequest(f"`{field}` is required.", field=field)
+    if kind in _EXPECTED:
+        return InvalidRequest(f"`{field}` must be {_EXPECTED[kind]}.", field=field)
+    return InvalidRequest(f"`{field}`: {error['msg']}.", field=field)
+
+
+def refuse(code: str, message: str) -> PydanticCustomError:
+    """A validator's error with one of our codes (see the module docstring)."""
+    return PydanticCustomError(code, message)

@@ -1,0 +1,25 @@
+"""The small shared vocabulary at the bottom of the gateway: languages, statuses, kill
+reasons, run ids and timestamps. Everything imports it; it imports nothing of ours."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from typing import Literal
+
+Language = Literal["python", "bash"]
+LANGUAGES: tuple[Language, ...] = ("python", "bash")
+
+Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "killed", "cancelled"]
+FINAL_STATUSES: frozenset[str] = frozenset(
+    {"succeeded", "failed", "timed_out", "killed", "cancelled"}
+)
+KillReason = Literal["timeout", "memory", "output_limit", "pids", "cancelled"]
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_hex(10)
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

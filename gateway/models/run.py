@@ -1,0 +1,133 @@
+"""`POST /v1/runs` (and a WebSocket `run`): the body as the API defines it.
+
+Only the body's own shape is checked here: types, paths, encodings, names, and which
+fields go together. What depends on the operator's settings or on the caller (sizes,
+clamping the timeout, network, workspaces, archives) is applied after parsing, by
+`gateway.runs.requests`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import model_validator as model_check
+
+from gateway.errors import ConflictingFields, InvalidRequest
+from gateway.models.base import Body, refuse
+from gateway.models.common import Language
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def relative_path(path: str) -> str:
+    """A path inside the working folder: relative, no `..`, no NUL; normalised."""
+    if not path:
+        raise refuse("invalid_path", "A path must be a non-empty string.")
+    if "\x00" in path:
+        raise refuse("invalid_path", f"The path {path!r} contains a NUL byte.")
+    if path.startswith(("/", "\\")):
+        raise refuse("invalid_path", f"The path {path!r} must be relative, not absolute.")
+    parts = PurePosixPath(path).parts
+    if ".." in parts or "\\" in path:
+        raise refuse("invalid_path", f"The path {path!r} must stay inside the working folder.")
+    if not parts or parts == (".",):
+        raise refuse("invalid_path", f"The path {path!r} names no file.")
+    return str(PurePosixPath(*parts))
+
+
+def return_pattern(pattern: str) -> str:
+    if not pattern:
+        raise refuse("invalid_request", "A `return_files` entry must be a non-empty string.")
+    if "\x00" in pattern:
+        raise refuse("invalid_path", "A return_files path contains a NUL byte.")
+    return pattern
+
+
+RelativePath = Annotated[str, AfterValidator(relative_path)]
+ReturnPattern = Annotated[str, AfterValidator(return_pattern)]
+
+
+class FileBody(Body):
+    """A file written into the working folder before the run."""
+
+    path: RelativePath = Field(description="relative; no `..`, no leading `/`, no NUL")
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    content: str = ""
+    _data: bytes = PrivateAttr(b"")
+
+    @field_validator("content")
+    @classmethod
+    def _decodes(cls, content: str, info: ValidationInfo) -> str:
+        if info.data.get("encoding") == "base64":
+            try:
+                base64.b64decode(content, validate=True)
+            except (binascii.Error, ValueError):
+                raise refuse("invalid_request", "`content` is not valid base64.") from None
+        return content
+
+    @property
+    def data(self) -> bytes:
+        """The file's bytes (decoded)."""
+        if not self._data and self.content:
+            if self.encoding == "base64":
+                self._data = base64.b64decode(self.content, validate=True)
+            else:
+                self._data = self.content.encode("utf-8", "surrogatepass")
+        return self._data
+
+
+class RunBody(Body):
+    """A request to run code once in a fresh kernel (docs/API.md, POST /v1/runs)."""
+
+    code: str | None = Field(None, description="the source to run")
+    language: Language = "python"
+    timeout: float | None = Field(None, description="seconds; clamped to [1, max_timeout]")
+    files: list[FileBody] | None = None
+    entrypoint: RelativePath | None = Field(
+        None, description="a path among `files` (or the archive) to run instead of `code`"
+    )
+    archive: str | None = Field(None, min_length=1, description="an id from POST /v1/uploads")
+    vars: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    return_files: list[ReturnPattern] | None = None
+    background: bool | None = None
+    network: bool | None = None
+    working_dir: str | None = Field(None, min_length=1)
+
+    @field_validator("env")
+    @classmethod
+    def _environment(cls, env: dict[str, Any]) -> dict[str, Any]:
+        for key, value in env.items():
+            if not isinstance(value, str) or not ENV_NAME.match(key):
+                raise refuse(
+                    "invalid_request",
+                    f"`env` needs valid variable names and string values; {key!r} is not.",
+                )
+            if "\x00" in value:
+                raise refuse("invalid_request", f"The value of {key!r} contains a NUL byte.")
+        return env
+
+    @model_check(mode="after")
+    def _code_or_entrypoint(self) -> RunBody:
+        if self.code is not None and self.entrypoint is not None:
+            raise ConflictingFields(
+                "Give either `code` or `entrypoint`, not both.", field="entrypoint"
+            )
+        if self.code is None and self.entrypoint is None:
+            raise InvalidRequest("`code` (or `entrypoint`) is required.", field="code")
+        if self.language == "bash" and self.vars:
+            for key, item in self.vars.items():
+                if not ENV_NAME.match(key):
+                    raise InvalidRequest(
+                        f"{key!r} is not a valid bash variable name.", field="vars"
+                    )
+                if isinstance(item, bool) or not isinstance(item, str | int | float):
+                    raise InvalidRequest(
+                        f"The bash variable {key!r} must be a string or a number.", field="vars"
+                    )
+        return self
