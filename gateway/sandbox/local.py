@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -130,21 +131,17 @@ def probe_features(settings: Settings) -> LocalFeatures:
     drop_to = (settings.sandbox_uid, settings.sandbox_gid) if os.geteuid() == 0 else None
     bwrap = shutil.which("bwrap")
     if bwrap is not None:
-        probe = subprocess.run(
-            [
-                *_bwrap_base(bwrap, drop_to, False),
-                "--ro-bind",
-                "/",
-                "/",
-                "--",
-                *_as_user(drop_to),
-                "true",
-            ],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-        if probe.returncode != 0:
+        command = [*_bwrap_base(bwrap, drop_to, False), "--ro-bind", "/", "/", "--"]
+        command += [*_as_user(drop_to), "true"]
+        for attempt in range(1, BWRAP_ATTEMPTS + 1):
+            probe = subprocess.run(command, capture_output=True, timeout=10, check=False)
+            if probe.returncode == 0:
+                break
+            # a mount another program tears down meanwhile fails the recursive bind of /
+            # (see LocalSandbox.start): only a failure that persists means no bubblewrap
+            if attempt < BWRAP_ATTEMPTS:
+                time.sleep(0.2)
+        else:
             log.warning("bubblewrap does not work here: %s", probe.stderr.decode()[-300:])
             bwrap = None
     group = Cgroup.create(f"gateway-probe-{os.getpid()}", 64 << 20, 8, 1.0)
