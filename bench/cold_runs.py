@@ -13,7 +13,6 @@ Ratios are against the local backend's `print(1)`. Results also go to bench/resu
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -64,9 +63,7 @@ def time_ready(server: GatewayThread, runs: int) -> list[float]:
     async def once(i: int) -> float:
         spec = SandboxSpec(f"run_bench{i:04d}", "python", limits_from(server.settings))
         started = time.perf_counter()
-        async with open_session(
-            services.backend, spec, (), server.settings, server.gateway.context, asyncio.Event()
-        ):
+        async with open_session(services.backend, spec, server.settings, server.gateway.context):
             return time.perf_counter() - started
 
     return [server.call(once(i)) for i in range(runs)]

@@ -34,6 +34,19 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.pool_hits = Counter(
+            "gateway_pool_hits",
+            "Runs that took a ready kernel from a pool.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.pool_misses = Counter(
+            "gateway_pool_misses",
+            "Runs that found their pool empty (or had none) and started a kernel.",
+            ["kind"],
+            registry=self.registry,
+        )
+
     def run_finished(self, status: str, language: str, seconds: float) -> None:
         self.runs.labels(status=status, language=language).inc()
         self.run_seconds.observe(seconds)

@@ -95,6 +95,7 @@ class Gateway:
         uploads = UploadStore(settings)
         runs = RunService(settings, backend, self.store, self.context, metrics, uploads)
         self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
+        runs.start()
         self._server = tornado.httpserver.HTTPServer(
             make_app(self.services),
             max_body_size=settings.max_body_bytes * 4,

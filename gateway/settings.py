@@ -109,6 +109,15 @@ class Settings(BaseModel):
     workdir_bytes: int = setting(1 * GiB, "size of the sandbox's working folder", ge=MiB)
     tmp_bytes: int = setting(256 * MiB, "size of the sandbox's /tmp", ge=MiB)
 
+    pool_python: int = setting(2, "never-used Python kernels kept ready (0: no pool)", ge=0, le=64)
+    pool_bash: int = setting(1, "never-used bash kernels kept ready (0: no pool)", ge=0, le=64)
+    preload: tuple[str, ...] = setting(
+        ("matplotlib.pyplot", "numpy", "pandas"),
+        "modules pooled Python kernels import ahead (comma-separated; empty: none)",
+    )
+    pool_min_free_bytes: int = setting(
+        1 * GiB, "no pool refill while less memory than this is available; idle kernels go", ge=0
+    )
     docker_image: str = setting(
         "gateway-kernel:latest", "kernel image for the docker backend", min_length=1
     )
@@ -131,7 +140,7 @@ class Settings(BaseModel):
         None, "gateway instance id (default: kept in data_dir)", pattern=r"^[A-Za-z0-9_-]{1,64}$"
     )
 
-    @field_validator("admin_dirs", "allowed_origins", mode="before")
+    @field_validator("admin_dirs", "allowed_origins", "preload", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -24,6 +24,7 @@ import ctypes
 import dataclasses
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,21 @@ LABEL_INSTANCE = "gateway.instance"
 # that may have used Docker.
 INSTANCES: set[str] = set()
 DOCKER_INSTANCES: set[str] = set()
+# Live gateways of this test process: the idle kernels in their pools are alive on purpose.
+# Each has `pooled()`, the footprints (gateway.sandbox.base.Footprint) of those kernels;
+# what a run left behind is never among them (a pooled kernel leaves its pool when taken).
+LIVE_GATEWAYS: set[Any] = set()
+
+
+def _pooled() -> dict[str, set[Any]]:
+    found: dict[str, set[Any]] = {
+        k: set() for k in ("containers", "volumes", "folders", "cgroups", "pids")
+    }
+    for gateway in list(LIVE_GATEWAYS):
+        for footprint in gateway.pooled():
+            for kind, names in found.items():
+                names.update(getattr(footprint, kind))
+    return found
 
 
 class CensusError(RuntimeError):
@@ -157,6 +173,9 @@ def _strays() -> list[Proc]:
     me = os.getpid()
     table = process_table()
     owned: set[int] = set()
+    for pid in _pooled()["pids"]:
+        owned.add(pid)
+        owned.update(p.pid for p in descendants(pid, table))
     for (pid, start), _ in list(_OWNED.items()):
         proc = table.get(pid)
         if proc is None or proc.start != start or proc.state == "Z":
@@ -176,14 +195,20 @@ def _prefixes() -> tuple[str, ...]:
 
 def sandbox_folders() -> list[str]:
     tmp = Path(tempfile.gettempdir())
-    return sorted(str(p) for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
+    pooled = _pooled()["folders"]
+    found = (str(p) for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
+    return sorted(f for f in found if f not in pooled)
 
 
 def sandbox_cgroups() -> list[str]:
     root = Path("/sys/fs/cgroup")
     names = [f"gateway-{p}" for p in _prefixes()]
+    pooled = _pooled()["cgroups"]
     return sorted(
-        str(p) for name in names for p in [*root.glob(f"*/{name}*"), *root.glob(f"{name}*")]
+        str(p)
+        for name in names
+        for p in [*root.glob(f"*/{name}*"), *root.glob(f"{name}*")]
+        if p.name not in pooled
     )
 
 
@@ -221,15 +246,18 @@ def docker_leftovers() -> list[str]:
     except Exception as exc:  # any failure to ask is a failed census, never a clean one
         close()
         raise CensusError(f"the Docker census failed: {exc!r}") from exc
+    pooled = _pooled()
     found = [
         f"container {','.join(c.attrs.get('Names') or [c.id])} ({c.attrs.get('State')})"
         for c in containers
         if (c.attrs.get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
+        and not {n.lstrip("/") for n in c.attrs.get("Names") or []} & pooled["containers"]
     ]
     found += [
         f"volume {v.name}"
         for v in volumes
         if ((v.attrs or {}).get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
+        and v.name not in pooled["volumes"]
     ]
     return found
 
@@ -238,6 +266,15 @@ def census() -> list[str]:
     """Everything a sandbox left behind; empty when clean. Raises CensusError if it cannot tell."""
     found = [f"process {p}" for p in stray_processes()]
     return found + sandbox_folders() + sandbox_cgroups() + docker_leftovers()
+
+
+def after_teardown(timeout: float = 30) -> list[str]:
+    """The census once every live gateway has settled: a run's sandbox is destroyed just
+    after its record is answered (off the answer's path), not before."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(g.idle() for g in list(LIVE_GATEWAYS)):
+        time.sleep(0.05)
+    return census()
 
 
 def sandboxes_exist() -> bool:

@@ -125,6 +125,7 @@ class GatewayThread:
             raise
         if self.backend_name == "docker":  # "auto" may have chosen it
             census.DOCKER_INSTANCES.add(self.settings.instance_id or "")
+        census.LIVE_GATEWAYS.add(self)
         return self
 
     @property
@@ -140,10 +141,17 @@ class GatewayThread:
         return Client(self.port, token)
 
     def idle(self) -> bool:
+        """No run is active, nothing is being destroyed, no pooled kernel is starting."""
         assert self.gateway.services is not None
-        return not self.gateway.services.runs.active
+        return self.gateway.services.runs.settled
+
+    def pooled(self) -> list[Any]:
+        """Footprints of the idle pooled kernels: alive on purpose, not leaks."""
+        services = self.gateway.services
+        return [] if services is None else services.runs.kernels.footprints()
 
     def stop(self) -> None:
+        census.LIVE_GATEWAYS.discard(self)
         try:
             self.call(self.gateway.stop())
         finally:

@@ -298,7 +298,7 @@ def test_code_that_resists_still_ends_at_the_deadline(client: Client, code: str)
     record = client.run(code=code, timeout=1.5)
     assert record["status"] == "timed_out"
     assert time.monotonic() - started < 15
-    assert census.census() == []
+    assert census.after_teardown() == []
 
 
 def test_background_children_do_not_outlive_a_finished_run(client: Client) -> None:
@@ -310,7 +310,7 @@ def test_background_children_do_not_outlive_a_finished_run(client: Client) -> No
     )
     record = client.run(language="bash", code=code)
     assert record["stdout"] == "done\n"
-    assert census.census() == []
+    assert census.after_teardown() == []
 
 
 def test_nothing_carries_over_between_runs(client: Client) -> None:

@@ -22,21 +22,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-import zmq.asyncio
-
 from gateway.execution.collector import OutputListener
 from gateway.execution.outcome import Outcome, Tally, apply_outcome, exit_code_of
+from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
-from gateway.execution.session import (
-    Cell,
-    KernelSession,
-    StartCancelled,
-    limits_from,
-    open_session,
-)
+from gateway.execution.session import Cell, KernelSession, StartCancelled, limits_from
 from gateway.models.common import now_rfc3339
 from gateway.runs.models import RunRecord, StagedFile
-from gateway.sandbox.base import ReadLimits, SandboxBackend, SandboxSpec
+from gateway.sandbox.base import ReadLimits, SandboxSpec
 from gateway.settings import Settings
 
 _RESULT_EXPRESSION = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
@@ -85,18 +78,18 @@ class Execution:
         self,
         program: Program,
         record: RunRecord,
-        backend: SandboxBackend,
+        kernels: Pools,
         settings: Settings,
-        context: zmq.asyncio.Context,
         files: FilesToStage,
+        teardown: Callable[[Awaitable[None]], None],
         listener: OutputListener | None = None,
         cancel: asyncio.Event | None = None,
     ) -> None:
         self.program = program
         self.record = record
-        self.backend = backend
+        self.kernels = kernels
         self.settings = settings
-        self.context = context
+        self.teardown = teardown  # destroys the sandbox after the record is answered
         self.files = files  # awaited inside the run: the archive is unpacked only then
         self.listener = listener
         self.cancel = cancel if cancel is not None else asyncio.Event()
@@ -116,14 +109,18 @@ class Execution:
             files, notes = await self.files()
             self.tally.notes.extend(notes)
             try:
-                async with open_session(
-                    self.backend, spec, files, self.settings, self.context, self.cancel
-                ) as session:
-                    self.kernel_start_seconds = session.start_seconds
-                    last = await self._run_cells(session)
-                    outcome = await self._close(session, last)
+                session = await self.kernels.acquire(spec, self.cancel)
             except StartCancelled:
                 outcome = Outcome(last=Cell(source="", ending="cancelled"))
+            else:
+                try:
+                    self.kernel_start_seconds = session.start_seconds
+                    await session.sandbox.stage_files(files)
+                    last = await self._run_cells(session)
+                    outcome = await self._close(session, last)
+                finally:
+                    # off the answer's path: the record is final without it
+                    self.teardown(session.close())
             apply_outcome(record, program, self.tally, outcome)
         return record
 
@@ -198,10 +195,9 @@ class Execution:
                 max_total_bytes=settings.max_return_files_bytes,
             )
             outcome.files = await sandbox.read_files(self.program.return_files, limits)
-        outcome.usage = await sandbox.usage()  # before kill(): the cgroup goes with it
+        outcome.usage = await sandbox.usage()  # before the sandbox goes, its cgroup with it
         outcome.events = await sandbox.limit_events()
         outcome.death = await sandbox.death() if last.ending == "died" else None
-        await sandbox.kill()
         return outcome
 
 

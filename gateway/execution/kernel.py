@@ -14,11 +14,9 @@ signed with the kernel's key is dropped (counted) instead of failing the run.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import zmq
@@ -37,6 +35,11 @@ class KernelClient:
     def __init__(self, client: AsyncKernelClient) -> None:
         self._client = client
         self.received_bytes = 0  # everything the kernel sent, on every channel
+
+    def close(self) -> None:
+        """Close the client's sockets (idempotent)."""
+        if self._client.channels_running:
+            self._client.stop_channels()
 
     @property
     def session_id(self) -> str:
@@ -124,18 +127,11 @@ class KernelClient:
                 return content
 
 
-@contextlib.asynccontextmanager
-async def connect(
-    info: dict[str, Any], context: zmq.asyncio.Context
-) -> AsyncIterator[KernelClient]:
-    """A client for the kernel at `info`, with its sockets always closed on exit."""
+def connect(info: dict[str, Any], context: zmq.asyncio.Context) -> KernelClient:
+    """A client for the kernel at `info`; its owner calls `close()`."""
     client = AsyncKernelClient(context=context)
     client.load_connection_info(cast(KernelConnectionInfo, info))
     client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
     for channel in (client.shell_channel, client.iopub_channel, client.control_channel):
         channel.socket.setsockopt(zmq.LINGER, 0)
-    try:
-        yield KernelClient(client)
-    finally:
-        client.stop_channels()
-        await asyncio.sleep(0)
+    return KernelClient(client)

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Literal
 
 import zmq.asyncio
@@ -21,7 +21,6 @@ import zmq.asyncio
 from gateway.errors import SandboxError
 from gateway.execution.collector import Caps, DisplayUpdate, OutputCollector, OutputListener
 from gateway.execution.kernel import KernelClient, connect
-from gateway.runs.models import StagedFile
 from gateway.sandbox.base import Limits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
@@ -72,9 +71,20 @@ class KernelSession:
         self.sandbox = sandbox
         self.client = client
         self.settings = settings
-        self.cancel = cancel
+        self.cancel = cancel  # the run's: a pooled session gets it when a run takes it
         self.dead = False
         self.start_seconds = 0.0
+        self._closed = False
+
+    async def close(self) -> None:
+        """Close the client and destroy the sandbox (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.client.close()
+        finally:
+            await self.sandbox.destroy()
 
     async def run_cell(
         self,
@@ -186,30 +196,50 @@ class KernelSession:
 log = logging.getLogger(__name__)
 
 
+async def start_session(
+    backend: SandboxBackend,
+    spec: SandboxSpec,
+    settings: Settings,
+    context: zmq.asyncio.Context,
+    cancel: asyncio.Event | None = None,
+) -> KernelSession:
+    """A ready kernel in a fresh sandbox, owned by the caller, who must `close()` it (a
+    pool holds it first, then a run). On cancel while the sandbox starts it raises
+    `StartCancelled`, everything already destroyed; on cancel while the kernel gets ready
+    it returns at once (check `cancel.is_set()`); a kernel that cannot start raises
+    `SandboxError`."""
+    cancel = cancel if cancel is not None else asyncio.Event()
+    started = time.monotonic()
+    sandbox = await backend.create(spec)
+    try:
+        info = await _unless_cancelled(sandbox.start(), cancel)
+        session = KernelSession(sandbox, connect(info, context), settings, cancel)
+    except BaseException:
+        await sandbox.destroy()
+        raise
+    try:
+        await _until_ready(session, settings.kernel_start_timeout)
+    except BaseException:
+        await session.close()
+        raise
+    session.start_seconds = time.monotonic() - started
+    return session
+
+
 @contextlib.asynccontextmanager
 async def open_session(
     backend: SandboxBackend,
     spec: SandboxSpec,
-    files: Sequence[StagedFile],
     settings: Settings,
     context: zmq.asyncio.Context,
-    cancel: asyncio.Event,
+    cancel: asyncio.Event | None = None,
 ) -> AsyncIterator[KernelSession]:
-    """A ready kernel in a fresh sandbox; everything is destroyed when the block exits.
-
-    On cancel while the sandbox starts it raises `StartCancelled` (everything already
-    destroyed); on cancel while the kernel gets ready it yields at once (check
-    `cancel.is_set()`); a kernel that cannot start raises `SandboxError`.
-    """
-    started = time.monotonic()
-    async with backend.sandbox(spec) as sandbox:
-        await sandbox.stage_files(files)
-        info = await _unless_cancelled(sandbox.start(), cancel)
-        async with connect(info, context) as client:
-            session = KernelSession(sandbox, client, settings, cancel)
-            await _until_ready(session, settings.kernel_start_timeout)
-            session.start_seconds = time.monotonic() - started
-            yield session
+    """`start_session` scoped to a block: everything is destroyed when it exits."""
+    session = await start_session(backend, spec, settings, context, cancel)
+    try:
+        yield session
+    finally:
+        await session.close()
 
 
 class StartCancelled(Exception):

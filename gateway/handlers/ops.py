@@ -16,7 +16,8 @@ class HealthHandler(BaseHandler):
             {
                 "status": "draining" if runs.draining else "ok",
                 "backend": self.services.backend.name,
-                "kernels": {"running": runs.running, "pooled": 0},
+                "kernels": {"running": runs.running, "pooled": runs.kernels.ready},
+                "pools": runs.kernels.describe(),
                 "version": __version__,
             }
         )

@@ -9,12 +9,14 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Awaitable
 
 import zmq.asyncio
 
 from gateway.errors import CapacityExceeded, GatewayError, NotFound
 from gateway.execution.collector import OutputListener
 from gateway.execution.executor import Execution
+from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
 from gateway.models.common import new_run_id
@@ -58,12 +60,45 @@ class RunService:
         self.context = context
         self.metrics = metrics
         self.active: dict[str, ActiveRun] = {}
+        self.kernels = Pools(
+            settings,
+            backend,
+            context,
+            metrics,
+            sizes={"python": settings.pool_python, "bash": settings.pool_bash},
+        )
+        self._teardowns: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(settings.max_concurrent_runs)
         self._running = 0
         self._draining = False
         metrics.gauge("gateway_queue_length", "Runs waiting for a slot.", lambda: self.queued)
         metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self._running)
-        metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", lambda: 0.0)
+        metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", self._pooled)
+
+    def _pooled(self) -> float:
+        return float(self.kernels.ready)
+
+    def start(self) -> None:
+        """Start filling the pools (the gateway calls this once it is up)."""
+        self.kernels.start()
+
+    def _teardown(self, closing: Awaitable[None]) -> None:
+        """Destroy a run's sandbox in the background, after its record was answered."""
+
+        async def close() -> None:
+            try:
+                await closing
+            except Exception:
+                log.exception("a sandbox could not be destroyed")
+
+        task = asyncio.create_task(close())
+        self._teardowns.add(task)
+        task.add_done_callback(self._teardowns.discard)
+
+    @property
+    def settled(self) -> bool:
+        """No run is active, no sandbox is being destroyed, no pool kernel is starting."""
+        return not self.active and not self._teardowns and not self.kernels.busy
 
     @property
     def queued(self) -> int:
@@ -157,10 +192,10 @@ class RunService:
                 execution = Execution(
                     program,
                     record,
-                    self.backend,
+                    self.kernels,
                     self.settings,
-                    self.context,
                     files=lambda: archive_files(self.uploads, program),
+                    teardown=self._teardown,
                     listener=listener,
                     cancel=active.cancel,
                 )
@@ -226,7 +261,8 @@ class RunService:
         return active.record
 
     async def drain(self) -> None:
-        """Refuse new runs, let running ones finish (bounded), cancel what is left."""
+        """Refuse new runs, let running ones finish (bounded), cancel what is left, then
+        destroy the pools' kernels and wait for every sandbox still being destroyed."""
         self._draining = True
         tasks = [a.task for a in self.active.values() if a.task is not None]
         if tasks:
@@ -235,3 +271,6 @@ class RunService:
                 active.cancel.set()
             if pending:
                 await asyncio.wait(pending, timeout=30)
+        await self.kernels.close()
+        if self._teardowns:
+            await asyncio.wait(list(self._teardowns), timeout=60)

@@ -77,6 +77,17 @@ class SandboxSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Footprint:
+    """What a sandbox holds on the machine, by name (for operators and leak checks)."""
+
+    containers: tuple[str, ...] = ()
+    volumes: tuple[str, ...] = ()
+    folders: tuple[str, ...] = ()
+    cgroups: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Death:
     """How a kernel ended when it was not ended by us."""
 
@@ -102,6 +113,15 @@ class Sandbox(abc.ABC):
         """Return when the kernel process (or its container) has exited, for whatever reason."""
 
     @abc.abstractmethod
+    def has_exited(self) -> bool:
+        """Whether the kernel process (or its container) has exited."""
+
+    @abc.abstractmethod
+    async def set_memory_limit(self, memory_bytes: int) -> bool:
+        """Lower the running sandbox's memory limit (a pooled kernel taken by a run that
+        asks for less); False when this sandbox cannot."""
+
+    @abc.abstractmethod
     async def kill(self) -> None:
         """End the kernel and every process it started. Files stay for `read_files`."""
 
@@ -121,6 +141,10 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def limit_events(self) -> frozenset[LimitEvent]:
         """Which limits struck so far (OOM kill of any process, pids limit reached)."""
+
+    @abc.abstractmethod
+    def footprint(self) -> Footprint:
+        """What this sandbox holds on the machine now."""
 
     @abc.abstractmethod
     async def destroy(self) -> None:

@@ -45,6 +45,10 @@ class Cgroup:
         self.dirs = dirs
         self.v2 = v2
 
+    @property
+    def name(self) -> str:
+        return next(iter(self.dirs.values())).name if self.dirs else ""
+
     @classmethod
     def create(cls, name: str, memory: int, pids: int, cpus: float) -> Cgroup | None:
         try:
@@ -134,6 +138,19 @@ class Cgroup:
     def proc_files(self) -> list[Path]:
         """Files a process writes its pid into to join this group (one per hierarchy)."""
         return [d / "cgroup.procs" for d in dict.fromkeys(self.dirs.values())]
+
+    def set_memory(self, memory: int) -> bool:
+        """Lower the memory limit of a running group; False if the kernel refused."""
+        try:
+            if self.v2:
+                _write(self.dirs["unified"] / "memory.max", str(memory))
+            else:
+                _write(self.dirs["memory"] / "memory.limit_in_bytes", str(memory))
+                with contextlib.suppress(OSError):
+                    _write(self.dirs["memory"] / "memory.memsw.limit_in_bytes", str(memory))
+        except OSError:
+            return False
+        return True
 
     def pids(self) -> set[int]:
         found: set[int] = set()

@@ -44,6 +44,7 @@ from gateway.runs.models import StagedFile, Usage
 from gateway.sandbox.base import (
     Death,
     FilesRead,
+    Footprint,
     LimitEvent,
     ReadLimits,
     Sandbox,
@@ -250,6 +251,7 @@ class DockerSandbox(Sandbox):
         self._state: dict[str, Any] = {}
         self._staged: tuple[StagedFile, ...] = ()
         self._frozen = False
+        self._started = False
         self._socket_dir: str | None = None
 
     # --- creation (blocking, on the backend's pool) -------------------------------------
@@ -326,10 +328,12 @@ class DockerSandbox(Sandbox):
     # --- files --------------------------------------------------------------------------
 
     async def stage_files(self, files: Sequence[StagedFile]) -> None:
-        # A tmpfs volume holds content only while a container has it mounted: the files
-        # are written in `start()`, after the container started, before the kernel can
-        # run any code.
+        # A tmpfs volume holds content only while a container has it mounted: before
+        # `start()` the files wait, then they are written as the host mounts the volume,
+        # before the kernel can run any code.
         self._staged = tuple(files)
+        if self._staged and self._started:
+            await asyncio.to_thread(self._stage_blocking)
 
     def _work_fd(self) -> int:
         """The working folder, open: the workspace, or the work volume as the host mounts it."""
@@ -377,6 +381,7 @@ class DockerSandbox(Sandbox):
         try:
             await self.backend.call(self.container.start)
             attrs = await self.backend.call(self._inspect)
+            self._started = True
             if self._staged:
                 await asyncio.to_thread(self._stage_blocking)
             socket_dir = await self.backend.call(self._mountpoint, self.volumes[0])
@@ -419,6 +424,19 @@ class DockerSandbox(Sandbox):
     async def wait_exit(self) -> None:
         if self.exited is not None:
             await asyncio.wait([self.exited])
+
+    def has_exited(self) -> bool:
+        return self.exited is not None and self.exited.done()
+
+    async def set_memory_limit(self, memory_bytes: int) -> bool:
+        try:
+            await self.backend.call(
+                self.container.update, mem_limit=memory_bytes, memswap_limit=memory_bytes
+            )
+        except (docker.errors.APIError, SandboxError) as exc:
+            log.warning("could not lower a container's memory limit: %s", exc)
+            return False
+        return True
 
     async def kill(self) -> None:
         if self.container is None or self.exited is None:
@@ -463,11 +481,16 @@ class DockerSandbox(Sandbox):
                 events.add("memory")
             if self._cgroup.pids_limit_hit():
                 events.add("pids")
-        with contextlib.suppress(docker.errors.DockerException, SandboxError):
-            await self.backend.call(self._inspect)
-        if self._state.get("OOMKilled"):
+        if self._state.get("OOMKilled"):  # as last inspected (death() inspects a dead one)
             events.add("memory")
         return frozenset(events)
+
+    def footprint(self) -> Footprint:
+        return Footprint(
+            containers=(self.name,) if self.container is not None else (),
+            volumes=tuple(volume.name for volume in self.volumes),
+            folders=(str(self.host_dir),),
+        )
 
     async def destroy(self) -> None:
         try:

@@ -42,6 +42,7 @@ from gateway.runs.models import StagedFile, Usage
 from gateway.sandbox.base import (
     Death,
     FilesRead,
+    Footprint,
     LimitEvent,
     ReadLimits,
     Sandbox,
@@ -466,6 +467,14 @@ class LocalSandbox(Sandbox):
         if self.exited is not None:
             await asyncio.wait([self.exited])
 
+    def has_exited(self) -> bool:
+        return self.exited is not None and self.exited.done()
+
+    async def set_memory_limit(self, memory_bytes: int) -> bool:
+        if self.group is None:  # an rlimit cannot be lowered from outside
+            return False
+        return await asyncio.to_thread(self.group.set_memory, memory_bytes)
+
     async def kill(self) -> None:
         if self.pid is None or self.exited is None:
             return
@@ -517,6 +526,14 @@ class LocalSandbox(Sandbox):
         if self.group.pids_limit_hit():
             events.add("pids")
         return frozenset(events)
+
+    def footprint(self) -> Footprint:
+        cgroups = () if self.group is None else (self.group.name,)
+        return Footprint(
+            folders=(str(self.root),),
+            cgroups=cgroups,
+            pids=() if self.pid is None else (self.pid,),
+        )
 
     async def destroy(self) -> None:
         try:

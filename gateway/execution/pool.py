@@ -1,0 +1,278 @@
+"""Warm pools of never-used kernels (DESIGN.md decision 1), and where runs get kernels.
+
+A `KernelPool` keeps `size` kernels of one kind started ahead: each in its own fresh
+sandbox with the default limits, no network and no workspace, ready (kernel_info
+answered, startup code loaded, `preload` modules imported for Python), never sent user
+code. A run takes one (a hit) and owns it from then on: the run's environment, `vars`,
+files and a lower memory limit are applied when it takes it, never earlier; the kernel is
+destroyed after that one run. Runs a pool cannot serve (a workspace, `network: true`, a
+kind without a pool, an empty pool) start a kernel of their own (a miss: the cold path).
+
+Refills run in the background, one kernel at a time for all pools together, so refilling
+never starves running kernels of CPU; no refill starts while the machine's available
+memory is under `pool_min_free_bytes`, and idle kernels are destroyed until it is above
+again. A pooled kernel that dies while idle is replaced. `close()` destroys them all;
+after a crash they are reaped like any sandbox of this instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import Mapping
+
+import zmq.asyncio
+
+from gateway.errors import GatewayError
+from gateway.execution.session import KernelSession, limits_from, start_session
+from gateway.metrics import Metrics
+from gateway.models.common import Language
+from gateway.sandbox.base import Footprint, SandboxBackend, SandboxSpec
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAY = 2.0  # after a kernel of the pool failed to start
+WATCH_INTERVAL = 2.0  # how often the pools look at the machine's memory
+
+
+def kernel_kind(language: Language) -> str:
+    """The pool a language's runs take kernels from (one kernel may serve two languages)."""
+    return language
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class KernelPool:
+    """Never-used kernels of one kind."""
+
+    def __init__(self, kind: str, size: int, pools: Pools) -> None:
+        self.kind = kind
+        self.size = size
+        self.pools = pools
+        self.ready: list[KernelSession] = []
+        self.starting = 0
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def wanted(self) -> int:
+        return self.size - len(self.ready) - self.starting
+
+    def take(self) -> KernelSession | None:
+        """A ready kernel, now the caller's; None when the pool is empty."""
+        while self.ready:
+            session = self.ready.pop(0)
+            self.pools.wake()
+            if not session.sandbox.has_exited():
+                self.hits += 1
+                self.pools.metrics.pool_hits.labels(kind=self.kind).inc()
+                return session
+            self.pools.discard(session)
+        self.misses += 1
+        self.pools.metrics.pool_misses.labels(kind=self.kind).inc()
+        return None
+
+    async def fill_one(self) -> None:
+        """Start one kernel for this pool (called by the refiller)."""
+        settings = self.pools.settings
+        spec = SandboxSpec(
+            run_id=f"pool-{self.kind}-{secrets.token_hex(6)}",
+            language=self.kind,  # type: ignore[arg-type]  # a kind is a language here
+            limits=limits_from(settings),
+        )
+        self.starting += 1
+        try:
+            session = await start_session(self.pools.backend, spec, settings, self.pools.context)
+            await self._preload(session)
+        finally:
+            self.starting -= 1
+        self.pools.metrics.kernel_start_seconds.observe(session.start_seconds)
+        if self.pools.closing or len(self.ready) >= self.size:
+            await session.close()
+            return
+        self.ready.append(session)
+        self.pools.watch(self, session)
+
+    async def _preload(self, session: KernelSession) -> None:
+        modules = self.pools.settings.preload
+        if self.kind != "python" or not modules:
+            return
+        code = (
+            "__import__('kernels.python.startup', fromlist=['_'])"
+            f".preload({json.dumps(list(modules))!r})"
+        )
+        reply = await session.run_silent(code, timeout=self.pools.settings.kernel_start_timeout)
+        if reply is None or reply.get("status") != "ok":
+            log.warning("the %s pool's preload failed: %s", self.kind, reply)
+
+
+class Pools:
+    """Every pool of a gateway, their refiller, and the cold path for runs they cannot serve."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        backend: SandboxBackend,
+        context: zmq.asyncio.Context,
+        metrics: Metrics,
+        sizes: Mapping[str, int],
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.context = context
+        self.metrics = metrics
+        self.pools = {kind: KernelPool(kind, size, self) for kind, size in sizes.items() if size}
+        self.closing = False
+        self._wake = asyncio.Event()
+        self._refiller: asyncio.Task[None] | None = None
+        self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._closing_tasks: set[asyncio.Task[None]] = set()
+        self._memory_short = False
+
+    # --- life -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.pools:
+            self._refiller = asyncio.create_task(self._refill())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Destroy every idle kernel; stop refilling (shutdown)."""
+        self.closing = True
+        self._wake.set()
+        if self._refiller is not None:
+            self._refiller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refiller
+        for task in list(self._watchers.values()):
+            task.cancel()
+        idle = [s for pool in self.pools.values() for s in pool.ready]
+        for pool in self.pools.values():
+            pool.ready.clear()
+        await asyncio.gather(*(s.close() for s in idle), *self._closing_tasks)
+
+    # --- taking ---------------------------------------------------------------------------
+
+    def take(self, language: Language, spec: SandboxSpec) -> KernelSession | None:
+        """A pooled kernel for a run with this spec, or None (then it starts its own)."""
+        pool = self.pools.get(kernel_kind(language))
+        if pool is None or spec.workspace is not None or spec.network:
+            return None
+        session = pool.take()
+        if session is not None:
+            self._unwatch(session)
+        return session
+
+    async def acquire(self, spec: SandboxSpec, cancel: asyncio.Event) -> KernelSession:
+        """The run's kernel: from its pool when one is ready, else started now."""
+        session = self.take(spec.language, spec)
+        if session is None:
+            return await start_session(self.backend, spec, self.settings, self.context, cancel)
+        session.cancel = cancel
+        default = limits_from(self.settings).memory_bytes
+        if spec.limits.memory_bytes < default and not await session.sandbox.set_memory_limit(
+            spec.limits.memory_bytes
+        ):  # this sandbox cannot lower its limit: the run gets a kernel of its own
+            self.discard(session)
+            return await start_session(self.backend, spec, self.settings, self.context, cancel)
+        return session
+
+    # --- keeping them full, and alive -----------------------------------------------------
+
+    async def _refill(self) -> None:
+        """One kernel at a time for all pools, the emptiest first; never under memory
+        pressure."""
+        while not self.closing:
+            self._wake.clear()
+            self._check_memory()
+            pool = max(self.pools.values(), key=lambda p: p.wanted / p.size)
+            if pool.wanted > 0 and not self._memory_short:
+                try:
+                    await pool.fill_one()
+                    continue
+                except (GatewayError, OSError) as exc:
+                    log.warning("the %s pool could not start a kernel: %s", pool.kind, exc)
+                    await asyncio.sleep(RETRY_DELAY)
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), WATCH_INTERVAL)
+
+    def _check_memory(self) -> None:
+        free = available_memory()
+        short = free is not None and free < self.settings.pool_min_free_bytes
+        if short and not self._memory_short:
+            log.warning("memory is short (%s bytes available): the pools shrink", free)
+        self._memory_short = short
+        if short:
+            for pool in self.pools.values():
+                if pool.ready:
+                    self.discard(pool.ready.pop())
+                    return
+
+    def watch(self, pool: KernelPool, session: KernelSession) -> None:
+        """Replace a pooled kernel that dies while it waits."""
+
+        async def watch() -> None:
+            await session.sandbox.wait_exit()
+            if session in pool.ready:
+                log.warning("an idle %s kernel of the pool died; replacing it", pool.kind)
+                pool.ready.remove(session)
+                self.discard(session)
+                self.wake()
+
+        self._watchers[id(session)] = asyncio.create_task(watch())
+
+    def _unwatch(self, session: KernelSession) -> None:
+        task = self._watchers.pop(id(session), None)
+        if task is not None:
+            task.cancel()
+
+    def discard(self, session: KernelSession) -> None:
+        """Destroy a pooled kernel in the background (shutdown waits for it)."""
+        self._unwatch(session)
+        task = asyncio.create_task(session.close())
+        self._closing_tasks.add(task)
+        task.add_done_callback(self._closing_tasks.discard)
+
+    # --- reports --------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> int:
+        return sum(len(pool.ready) for pool in self.pools.values())
+
+    @property
+    def busy(self) -> bool:
+        """A kernel is being started or destroyed."""
+        return any(pool.starting for pool in self.pools.values()) or bool(self._closing_tasks)
+
+    def footprints(self) -> list[Footprint]:
+        """What the idle pooled kernels hold on the machine."""
+        return [s.sandbox.footprint() for pool in self.pools.values() for s in pool.ready]
+
+    def describe(self) -> dict[str, dict[str, int]]:
+        return {
+            kind: {
+                "size": pool.size,
+                "ready": len(pool.ready),
+                "starting": pool.starting,
+                "hits": pool.hits,
+                "misses": pool.misses,
+            }
+            for kind, pool in self.pools.items()
+        }

@@ -1,0 +1,252 @@
+"""The bodies of the seed-compatible tool endpoints (`/v1/tools/*`) and their answers, with
+each manual's limits written once here (the adapters and the OpenAPI document import
+them). The manuals are in `reference/`; where this and a manual differ, the manual wins.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, field_validator
+from pydantic import model_validator as model_check
+
+from gateway.errors import ConflictingFields, InvalidRequest
+from gateway.models.base import Body, refuse
+from gateway.models.common import Language
+from gateway.models.run import RelativePath, relative_path
+
+# --- code_run (reference/code_run-manual.txt) ---------------------------------------------
+
+CODE_RUN_WORKDIR = "/home/daytona"  # the manual's working directory
+CODE_RUN_TIMEOUT = (1, 120, 30)  # min, max, default seconds
+CODE_RUN_MAX_FILES = 10
+CODE_RUN_MAX_FILE_CHARS = 1_000_000
+CODE_RUN_MAX_RETURN_FILES = 10
+CODE_RUN_RETURN_FILE_BYTES = 1_000_000  # "1 MB" per returned file
+CODE_RUN_RETURN_TOTAL_BYTES = 2_000_000  # "2 MB in all"
+CODE_RUN_OUTPUT = (50_000, 10_000, 40_000)  # limit, head, tail (characters)
+
+
+def in_code_run_workdir(path: str) -> str:
+    """`/home/daytona/x` -> `x` (the manual's working directory is the run's own)."""
+    if path.startswith("/"):
+        normal = posixpath.normpath(path)
+        if normal == CODE_RUN_WORKDIR:
+            return "."
+        if normal.startswith(CODE_RUN_WORKDIR + "/"):
+            return normal[len(CODE_RUN_WORKDIR) + 1 :]
+    return path
+
+
+def whole_seconds(value: float) -> float:
+    if value != int(value):
+        raise refuse("invalid_request", "`timeout_seconds` must be a whole number of seconds.")
+    return value
+
+
+class CodeRunFile(Body):
+    path: Annotated[str, AfterValidator(lambda p: relative_path(in_code_run_workdir(p)))]
+    content: str = Field(max_length=CODE_RUN_MAX_FILE_CHARS)
+
+
+class CodeRunArguments(Body):
+    code: str
+    language: Language = "python"
+    timeout_seconds: Annotated[
+        float,
+        Field(ge=CODE_RUN_TIMEOUT[0], le=CODE_RUN_TIMEOUT[1]),
+        AfterValidator(whole_seconds),
+    ] = CODE_RUN_TIMEOUT[2]
+    files: list[CodeRunFile] | None = Field(None, max_length=CODE_RUN_MAX_FILES)
+    return_files: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None, max_length=CODE_RUN_MAX_RETURN_FILES
+    )
+
+    @field_validator("return_files")
+    @classmethod
+    def _no_nul(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if "\x00" in path:
+                raise refuse("invalid_path", "The path contains a NUL byte.")
+        return paths
+
+
+class CodeRunBody(Body):
+    arguments: CodeRunArguments
+
+
+class CodeRunFileResult(Body):
+    path: str
+    size: int | None
+    encoding: Literal["utf-8", "base64"] | None = None
+    content: str | None = None
+    error: str | None = None
+
+
+class CodeRunResult(Body):
+    language: Language
+    exit_code: int | None
+    output: str
+    truncated: bool
+    timed_out: bool
+    files: list[CodeRunFileResult] | None = None
+    notes: list[str] | None = None
+
+
+class CodeRunAnswer(Body):
+    id: str
+    tool: Literal["code_run"] = "code_run"
+    result: CodeRunResult
+
+
+# --- run_python (reference/run_python-manual.txt) -----------------------------------------
+
+RUN_PYTHON_TYPE = "code.run_python"
+RUN_PYTHON_SOURCE_CHARS = 50_000
+RUN_PYTHON_MAX_FILES = 64
+RUN_PYTHON_MAX_FILE_BYTES = 64 * 1024
+RUN_PYTHON_MAX_REQUEST_BYTES = 96 * 1024
+RUN_PYTHON_TIMEOUT = (1, 30, 5)
+RUN_PYTHON_STREAM_BYTES = 64 * 1024
+RUN_PYTHON_MEMORY_BYTES = 512 * 1024 * 1024
+
+
+def small_file(content: str) -> str:
+    size = len(content.encode("utf-8", "surrogatepass"))
+    if size > RUN_PYTHON_MAX_FILE_BYTES:
+        raise refuse(
+            "invalid_request",
+            f"The file has {size} bytes; at most {RUN_PYTHON_MAX_FILE_BYTES} (64 KiB) are "
+            "allowed per file.",
+        )
+    return content
+
+
+class RunPythonInput(Body):
+    vars: dict[str, Any] | None = None
+
+
+class RunPythonParams(Body):
+    source: str | None = Field(None, min_length=1, max_length=RUN_PYTHON_SOURCE_CHARS)
+    files: (
+        Annotated[
+            dict[RelativePath, Annotated[str, AfterValidator(small_file)]],
+            Field(min_length=1, max_length=RUN_PYTHON_MAX_FILES),
+        ]
+        | None
+    ) = None
+    archive_file_id: str | None = Field(None, min_length=1)
+    entrypoint: RelativePath | None = None
+    timeout_seconds: Annotated[float, Field(ge=RUN_PYTHON_TIMEOUT[0], le=RUN_PYTHON_TIMEOUT[1])] = (
+        RUN_PYTHON_TIMEOUT[2]
+    )
+
+    @model_check(mode="after")
+    def _one_source(self) -> RunPythonParams:
+        choices = (
+            ("source", self.source),
+            ("files", self.files),
+            ("archive_file_id", self.archive_file_id),
+        )
+        given = [name for name, value in choices if value is not None]
+        if not given:
+            raise InvalidRequest(
+                "Set exactly one of `params.source`, `params.files` or `params.archive_file_id`.",
+                field="params.source",
+            )
+        if len(given) > 1:
+            raise ConflictingFields(
+                f"`params.{given[0]}` and `params.{given[1]}` are mutually exclusive: set "
+                "exactly one.",
+                field=f"params.{given[1]}",
+            )
+        if self.source is not None and self.entrypoint is not None:
+            raise ConflictingFields(
+                "`params.entrypoint` goes with `files` or `archive_file_id`, not `source`.",
+                field="params.entrypoint",
+            )
+        if self.source is None and self.entrypoint is None:
+            raise InvalidRequest(
+                f"`params.entrypoint` is required with `params.{given[0]}`: name the file "
+                "that runs.",
+                field="params.entrypoint",
+            )
+        return self
+
+
+class RunPythonBody(Body):
+    # other keys of the step the manual describes are ignored, as the tool does
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["code.run_python"] = "code.run_python"
+    input: RunPythonInput = Field(default_factory=RunPythonInput)
+    params: RunPythonParams
+
+    @model_check(mode="before")
+    @classmethod
+    def _small_request(cls, data: Any) -> Any:
+        params = data.get("params") if isinstance(data, dict) else None
+        if isinstance(params, dict) and params.get("files") is not None:
+            whole = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            size = len(whole.encode("utf-8", "surrogatepass"))  # vars and all
+            if size > RUN_PYTHON_MAX_REQUEST_BYTES:
+                raise InvalidRequest(
+                    f"The request has {size} bytes (files, vars and all); at most "
+                    f"{RUN_PYTHON_MAX_REQUEST_BYTES} (96 KiB) are allowed with `files`.",
+                    field="params.files",
+                )
+        return data
+
+
+class RunPythonAnswer(Body):
+    result: Any = None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool | None = None
+    stderr_truncated: bool | None = None
+
+
+# --- code_exec (reference/code_exec-manual.txt) -------------------------------------------
+
+CODE_EXEC_TIMEOUT = (1.0, 300.0, 30.0)  # clamped to min..max; default
+CODE_EXEC_BACKGROUND_TIMEOUT = 300.0
+CODE_EXEC_STDERR_PREFIX = "[stderr] "
+CODE_EXEC_NO_OUTPUT = "(no output)"
+
+
+def clamped_timeout(value: Any) -> Any:
+    """The manual's clamp: 0 -> 1, 10000 -> 300, a non-number -> the default."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return CODE_EXEC_TIMEOUT[2]
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return CODE_EXEC_TIMEOUT[2]
+    if math.isnan(seconds):
+        return CODE_EXEC_TIMEOUT[2]
+    return min(max(seconds, CODE_EXEC_TIMEOUT[0]), CODE_EXEC_TIMEOUT[1])
+
+
+class CodeExecBody(Body):
+    code: str
+    working_dir: str | None = None
+    timeout: Annotated[Any, AfterValidator(clamped_timeout)] = Field(
+        None, description="seconds; clamped to 1..300, a non-number means 30"
+    )
+    background: bool | None = None
+
+
+class CodeExecAnswer(Body):
+    success: bool
+    exit_code: int | None = None
+    output: str
+    error: Literal["timeout"] | None = None
+
+
+class CodeExecAccepted(Body):
+    task_id: str

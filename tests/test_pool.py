@@ -1,0 +1,172 @@
+"""The warm pool (issue 10): never-used kernels started ahead, each taken by exactly one run
+and destroyed after it; nothing of one run reaches another; a pooled kernel looks to the
+code exactly like a cold one; a pool survives kernels that die while they wait; pools of
+size 0 give the cold path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import start_gateway
+from tests.support import Client, GatewayThread, wait_for
+
+
+def pools(client: Client) -> dict[str, Any]:
+    pools: dict[str, Any] = client.request("GET", "/v1/health").json()["pools"]
+    return pools
+
+
+def full(client: Client) -> bool:
+    return all(p["ready"] == p["size"] for p in pools(client).values())
+
+
+@pytest.fixture
+def pooled(backend_name: str) -> Iterator[GatewayThread]:
+    server = start_gateway(backend_name, pool_python=2, pool_bash=1)
+    try:
+        assert wait_for(lambda: full(server.client()), timeout=120), pools(server.client())
+        yield server
+    finally:
+        server.stop()
+
+
+def take(client: Client, code: str, language: str = "python", **body: Any) -> dict[str, Any]:
+    """A run that takes a ready pooled kernel (waits for the pool to be full first)."""
+    assert wait_for(lambda: full(client), timeout=120), pools(client)
+    hits = pools(client)[language]["hits"]
+    record = client.run(code=code, language=language, **body)
+    assert pools(client)[language]["hits"] == hits + 1, "the run did not take a pooled kernel"
+    return record
+
+
+IDENTITY = (
+    "import os, sys, socket, tempfile\n"
+    "open('/tmp/mark', 'w').write('x')\n"
+    "import mymod\n"
+    "os.environ['LEFT_BEHIND'] = '1'\n"
+    "result = {'host': socket.gethostname(), 'pid': os.getpid(), 'ppid': os.getppid(),\n"
+    "          'tmp': os.listdir('/tmp'), 'env': sorted(k for k in os.environ if k.startswith('LEFT')),\n"
+    "          'mymod': 'mymod' in sys.modules, 'cwd': os.getcwd()}\n"
+)
+PROBE = (
+    "import os, sys\n"
+    "result = {'mark': os.path.exists('/tmp/mark'), 'env': 'LEFT_BEHIND' in os.environ,\n"
+    "          'mymod': 'mymod' in sys.modules, 'files': sorted(os.listdir('.'))}\n"
+)
+
+
+def test_two_runs_never_share_a_sandbox_process_tmp_environment_or_module(
+    pooled: GatewayThread,
+) -> None:
+    client = pooled.client()
+    files = [{"path": "mymod.py", "content": "VALUE = 1\n"}]
+    first = take(client, IDENTITY, files=files)["result"]
+    second = take(client, PROBE)["result"]
+    assert second == {"mark": False, "env": False, "mymod": False, "files": []}, second
+    third = take(client, IDENTITY, files=files)["result"]
+    # another container (Docker: its own hostname) or sandbox folder (local)
+    assert (first["host"], first["cwd"]) != (third["host"], third["cwd"])
+    assert first["env"] == third["env"] == ["LEFT_BEHIND"]
+
+
+def test_the_runs_env_and_vars_reach_the_kernel_only_when_it_is_taken(
+    pooled: GatewayThread,
+) -> None:
+    client = pooled.client()
+    code = (
+        "import os, subprocess\n"
+        "result = [os.environ.get('COLOUR'), colour, input['colour'],\n"
+        "          subprocess.run(['sh', '-c', 'echo $COLOUR'], capture_output=True,\n"
+        "                         text=True).stdout.strip()]\n"
+    )
+    record = take(client, code, env={"COLOUR": "blue"}, vars={"colour": "red"})
+    assert record["result"] == ["blue", "red", "red", "blue"], record
+    bash = take(
+        client,
+        'echo "$COLOUR/$shade"',
+        language="bash",
+        env={"COLOUR": "green"},
+        vars={"shade": "dark"},
+    )
+    assert bash["stdout"] == "green/dark\n"
+    assert take(client, "import os\nresult = os.environ.get('COLOUR')")["result"] is None
+
+
+def test_a_pooled_kernel_looks_like_a_cold_one(backend_name: str) -> None:
+    code = (
+        "import sys\n"
+        "result = {'names': sorted(n for n in dir() if not n.startswith('_') and n != 'sys'),\n"
+        "          'count': get_ipython().execution_count,\n"
+        "          'history': len(get_ipython().user_ns.get('In', [])),\n"
+        "          'figures': __import__('matplotlib.pyplot').pyplot.get_fignums()}\n"
+    )
+    seen = []
+    for sizes in ({"pool_python": 1}, {"pool_python": 0}):
+        server = start_gateway(backend_name, **sizes)
+        try:
+            client = server.client()
+            if sizes["pool_python"]:
+                seen.append(take(client, code)["result"])
+            else:
+                seen.append(client.run(code=code)["result"])
+        finally:
+            server.stop()
+    pooled, cold = seen
+    assert pooled == cold, (pooled, cold)
+
+
+def test_a_run_asking_for_less_memory_gets_it_from_a_pooled_kernel(
+    pooled: GatewayThread,
+) -> None:
+    client = pooled.client()
+    body = {"input": {}, "params": {"source": "x = bytearray(700 * 1024 * 1024)\nresult = 1"}}
+    assert wait_for(lambda: full(client), timeout=120)
+    response = client.request("POST", "/v1/tools/run_python", body)
+    assert response.status == 200
+    answer = response.json()
+    assert answer["result"] is None and "memory" in answer["stderr"], answer
+
+
+def test_the_pool_survives_kernels_that_die_while_they_wait(pooled: GatewayThread) -> None:
+    client = pooled.client()
+    backend = pooled.gateway.services.runs.kernels  # type: ignore[union-attr]
+    idle = list(backend.pools["python"].ready)
+    assert len(idle) == 2
+    for session in idle:  # the kernels die under their pool (as an OOM or a crash would)
+        pooled.call(session.sandbox.kill())
+    assert wait_for(lambda: all(s not in backend.pools["python"].ready for s in idle), 30)
+    assert wait_for(lambda: full(client), timeout=120), pools(client)
+    assert take(client, "print('alive')")["stdout"] == "alive\n"
+
+
+def test_pools_of_size_zero_start_every_kernel_for_its_run(backend_name: str) -> None:
+    server = start_gateway(backend_name, pool_python=0, pool_bash=0)
+    try:
+        client = server.client()
+        assert pools(client) == {}
+        health = client.request("GET", "/v1/health").json()
+        assert health["kernels"]["pooled"] == 0
+        record = client.run(code="print(1)")
+        assert record["stdout"] == "1\n"
+        metrics = client.request("GET", "/metrics").body.decode()
+        assert 'gateway_pool_hits_total{kind="python"}' not in metrics
+    finally:
+        server.stop()
+
+
+def test_shutdown_destroys_the_idle_pooled_kernels(backend_name: str) -> None:
+    server = start_gateway(backend_name, pool_python=2, pool_bash=1)
+    client = server.client()
+    assert wait_for(lambda: full(client), timeout=120)
+    server.stop()  # the no_leaks census then proves nothing of the pools is left
+
+
+def test_metrics_count_hits_and_misses(pooled: GatewayThread) -> None:
+    client = pooled.client()
+    take(client, "print(1)")
+    text = client.request("GET", "/metrics").body.decode()
+    assert 'gateway_pool_hits_total{kind="python"} 1.0' in text, text
+    assert "gateway_kernels_pooled " in text
