@@ -193,7 +193,8 @@ class GatewayProcess:
         self.instance = new_instance_id(backend)
         self.port = free_port()
         self.client = Client(self.port)
-        self.settings = settings
+        # no warm pools unless asked: the census cannot see into another process's pools
+        self.settings = {"pool_python": 0, "pool_bash": 0, **settings}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> GatewayProcess:
