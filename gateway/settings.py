@@ -38,7 +38,9 @@ class Settings:
     allow_uploads: bool = _field(False, "enable POST /v1/uploads and the archive field")
     allow_network: bool = _field(False, "let runs ask for outbound network (network: true)")
     admin_dirs: tuple[str, ...] = _field((), "folders an admin may name as working_dir")
-    allowed_origins: tuple[str, ...] = _field((), "origins allowed on the WebSocket")
+    allowed_origins: tuple[str, ...] = _field(
+        (), "web origins besides the gateway's own whose pages may call it (HTTP and WebSocket)"
+    )
 
     default_timeout: float = _field(30.0, "run timeout when the request names none, seconds")
     max_timeout: float = _field(300.0, "largest timeout a request may ask for, seconds")
@@ -46,6 +48,7 @@ class Settings:
     interrupt_grace: float = _field(1.0, "seconds between interrupt and kill at the deadline")
 
     max_body_bytes: int = _field(48 * MiB, "largest request body")
+    max_json_depth: int = _field(64, "deepest nesting of a JSON body or message (else 400)")
     max_code_bytes: int = _field(1 * MiB, "largest `code`")
     max_files: int = _field(1000, "most `files` in one request")
     max_file_bytes: int = _field(10 * MiB, "largest single staged file (decoded)")

@@ -8,7 +8,8 @@ slow client made the gateway skip live outputs), then `done` with the full run r
 
 Auth happens on the handshake: `?token=` (browsers cannot set headers on a WebSocket) or
 an `Authorization: Bearer` header. A browser's `Origin` must be this gateway's own or one
-of `settings.allowed_origins`. Every refusal is the API's JSON error shape.
+of `settings.allowed_origins` (`gateway.handlers.origin`). Every refusal is the API's JSON
+error shape.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Any, ClassVar
 import tornado.web
 import tornado.websocket
 
-from gateway.auth import Principal, is_loopback_host
-from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
+from gateway.auth import Principal
+from gateway.errors import GatewayError, InvalidRequest, Unauthorized
 from gateway.handlers.base import Services
+from gateway.handlers.origin import origin_allowed, refuse_foreign
 from gateway.handlers.outbox import Outbox
+from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.runs.service import ActiveRun
 from gateway.runs.validation import parse_run_request
 from gateway.uploads.attach import resolve_archive
@@ -56,9 +59,7 @@ class _Run:
 
 
 def _encode(event: dict[str, Any]) -> bytes:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
+    return dumps_utf8(event, compact=True)
 
 
 def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) -> dict[str, Any]:
@@ -111,9 +112,11 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
     def prepare(self) -> None:
         token = self.get_query_argument("token", None)
         self._redact_token()
-        origin = self.request.headers.get("Origin")
-        if origin is not None and not self.check_origin(origin):
-            raise Forbidden(f"WebSocket connections from {origin} are not allowed.")
+        refuse_foreign(
+            self.request,
+            single_user=not self.services.tokens.enabled,
+            allowed_origins=self.settings_.allowed_origins,
+        )
         header = self.request.headers.get("Authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer":
@@ -137,19 +140,10 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         self.request.uri = self.request.path + ("?" + query if query else "")
 
     def check_origin(self, origin: str) -> bool:
-        """Same origin (Origin's host:port is the Host header), or an allowed origin.
-
-        Without tokens (single-user, loopback only) a browser must also have reached the
-        gateway by a loopback name, so that a DNS-rebound site cannot pass as same-origin.
-        """
-        normal = origin.strip().rstrip("/").lower()
-        allowed = {o.strip().rstrip("/").lower() for o in self.settings_.allowed_origins}
-        if "*" in allowed or normal in allowed:
-            return True
-        host = self.request.headers.get("Host", "").lower()
-        if urllib.parse.urlsplit(normal).netloc != host:
-            return False
-        return self.services.tokens.enabled or is_loopback_host(host)
+        """`prepare` already refused foreign origins (`gateway.handlers.origin`)."""
+        return origin_allowed(
+            origin, self.request.headers.get("Host", ""), self.settings_.allowed_origins
+        )
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -214,14 +208,12 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         try:
             if isinstance(message, bytes):
                 raise InvalidRequest("Send JSON messages as text frames, not binary ones.")
-            try:
-                data = json.loads(message)
-            except json.JSONDecodeError as exc:
-                raise InvalidRequest(f"The message is not valid JSON: {exc}.") from exc
+            data = parse_json(message, self.settings_.max_json_depth, "The message")
             if not isinstance(data, dict):
                 raise InvalidRequest("A message must be a JSON object with a `type`.")
             ref = data.get("ref")
-            run_id = data["id"] if isinstance(data.get("id"), str) else None
+            given_id = data.get("id")
+            run_id = given_id if isinstance(given_id, str) and _valid_ref(given_id) else None
             kind = data.get("type")
             if kind == "run":
                 await self._start_run(data)

@@ -38,15 +38,28 @@ the admin `local`), listens on loopback only, and answers only requests whose `H
 loopback name (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`); any other `Host` is 403
 `forbidden`, so that a DNS-rebound web page cannot run code as the local user.
 
-**Request bodies.** JSON endpoints read the body as JSON when the Content-Type is
-`application/json`, `text/json`, any `+json` type, missing, or
-`application/x-www-form-urlencoded` (what `curl -d` sends); any other media type is 415
-`unsupported_media_type`. An empty body or invalid JSON is 400 `invalid_request`. Unknown
-fields are 400 `invalid_request` with `field` naming the first one (the seed-compatible tool
-endpoints follow their manuals). A body over the operator's limit (default 48 MiB) is 413.
+**Cross-site requests.** A request whose `Origin` is neither the gateway's own (same host
+and port as `Host`) nor one of the operator's `allowed_origins`, or one without `Origin`
+that says `Sec-Fetch-Site: cross-site`, is 403 `forbidden` on every endpoint, the WebSocket
+included: a web page must not be able to make a developer's browser run code on their
+gateway. The one exception is a top-level navigation to the page (`GET /` with
+`Sec-Fetch-Mode: navigate`), so that a link still opens it. Clients that send neither header
+(curl, SDKs, this document's examples) are not affected.
+
+**Request bodies.** JSON endpoints read the body only when its Content-Type is
+`application/json` or an `application/<x>+json` type (e.g. `application/x-ipynb+json`);
+any other media type, or none, is 415 `unsupported_media_type`. (The gateway once also read
+`application/x-www-form-urlencoded` and missing types, for `curl -d`; no more: those are the
+types any web page may send to any address without a CORS preflight. Send
+`-H 'Content-Type: application/json'`.) An empty body, invalid JSON, `NaN`/`Infinity`, a
+string with a lone surrogate (`"\\ud800"`) or JSON nested more than `max_json_depth`
+(default 64) levels deep is 400 `invalid_request`. Unknown fields are 400 `invalid_request`
+with `field` naming the first one (the seed-compatible tool endpoints follow their manuals).
+A body over the operator's limit (default 48 MiB) is 413.
 
 **Errors** are never HTML and never a stack trace: `{"error": {"code", "message", "field"?}}`
-(schema `Error`; the codes by status are in its `x-error-codes`). A method an address does
+(schema `Error`; the codes by status are in its `x-error-codes`). A message quotes at most
+2,000 characters of what was sent, a `field` at most 200. A method an address does
 not serve is 405 `method_not_allowed` with an `Allow` header; an unknown address is 404
 `not_found`. User code that fails is **not** an HTTP error: it is a 200 run record with
 `status: "failed"`.

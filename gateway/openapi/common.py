@@ -34,9 +34,10 @@ def json_request(schema: Schema, description: str) -> Schema:
 
 
 JSON_BODIES = (
-    "The body is read as JSON when its Content-Type is `application/json`, `text/json`, any "
-    "`+json` type, missing, or `application/x-www-form-urlencoded` (what `curl -d` sends "
-    "unless told otherwise); any other media type is 415 unsupported_media_type."
+    "The body is read as JSON only when its Content-Type is `application/json` or an "
+    "`application/<x>+json` type; any other media type, or none (`curl -d` without "
+    "`-H 'Content-Type: application/json'`), is 415 unsupported_media_type. JSON nested more "
+    "than `max_json_depth` (default 64) levels deep is 400 invalid_request."
 )
 
 
@@ -60,7 +61,8 @@ ERROR_CODES: dict[int, list[str]] = {
 _ERROR_TEXT: dict[int, tuple[str, str]] = {
     400: (
         "BadRequest",
-        "The request is invalid. `invalid_request`: malformed JSON, a field of the wrong type, "
+        "The request is invalid. `invalid_request`: malformed JSON (or nested too deep), a "
+        "field of the wrong type, "
         "an unknown field (`field` names the first one), a missing `code`; "
         "`unsupported_language`: the message lists the supported ones; `invalid_path`: a path "
         "that is absolute, contains `..` or NUL, or names a file that is also a folder; "
@@ -76,8 +78,10 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "Forbidden",
         "Refused by the operator's configuration: `forbidden` (e.g. `network: true` when "
         "network is not enabled, `working_dir` when workspaces are not enabled or outside "
-        "what an admin may name, a non-loopback `Host` in single-user mode) or "
-        "`archive_mode_disabled` (uploads and `archive` are off).",
+        "what an admin may name, a non-loopback `Host` in single-user mode, a cross-site "
+        "request: an `Origin` that is not the gateway's own or an allowed one, or "
+        "`Sec-Fetch-Site: cross-site`) or `archive_mode_disabled` (uploads and `archive` are "
+        "off).",
     ),
     404: ("NotFound", "`not_found`: no such run (or not yours), or nothing at this address."),
     413: (
@@ -88,9 +92,10 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
     ),
     415: (
         "UnsupportedMediaType",
-        "`unsupported_media_type`: the body is not JSON. `application/json`, `text/json`, any "
-        "`+json` type, no Content-Type and `application/x-www-form-urlencoded` (what `curl -d` "
-        "sends) are all read as JSON; anything else is refused.",
+        "`unsupported_media_type`: the body is not sent as JSON. Only `application/json` and "
+        "`application/<x>+json` types are read as JSON; a form's types "
+        "(`application/x-www-form-urlencoded`, `multipart/form-data`, `text/plain`) and no "
+        "Content-Type at all are refused, because any web page can send those to any site.",
     ),
     429: (
         "Capacity",

@@ -123,8 +123,10 @@ PATHS: dict[str, Schema] = {
                 "`Authorization: Bearer <token>` or, because browsers cannot set headers, "
                 "with `?token=` (the only place a token is accepted in a URL; it is kept out "
                 "of the access log). A browser's Origin must be the gateway's own or one the "
-                "operator allowed (`allowed_origins`), else 403; without tokens the page "
-                "must also have been reached by a loopback name.\n\n"
+                "operator allowed (`allowed_origins`), and `Sec-Fetch-Site: cross-site` "
+                "without an allowed Origin is refused, else 403; without tokens the page "
+                "must also have been reached by a loopback name. A message nested more than "
+                "`max_json_depth` levels deep gets an `invalid_request` error.\n\n"
                 "One connection carries many runs. Every message is one JSON text frame "
                 '(binary frames are refused). The client sends `{"type": "run", "ref": '
                 '"<client id>", ...the fields of POST /v1/runs}`; the gateway answers, in '
