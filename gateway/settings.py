@@ -66,6 +66,11 @@ class Settings:
 
     stream_cap_bytes: int = _field(1 * MiB, "stdout, stderr and output are each cut to this")
     display_cap_bytes: int = _field(16 * MiB, "rich outputs (images, HTML) kept per run")
+    error_cap_bytes: int = _field(256 * 1024, "an error's value, and its traceback, cut to this")
+    result_cap_bytes: int = _field(4 * MiB, "largest `result` (as JSON); a larger one is null")
+    max_record_bytes: int = _field(
+        64 * MiB, "largest run record; past it the biggest parts are cut (notes say so)"
+    )
     output_limit_bytes: int = _field(64 * MiB, "output past this kills the run (output_limit)")
 
     max_concurrent_runs: int = _field(4, "runs executing at once")

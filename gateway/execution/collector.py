@@ -15,10 +15,15 @@ from typing import Any
 
 from nbformat.v4 import output_from_msg
 
+from gateway.execution.errorcap import cap_error
 from gateway.execution.textcap import HeadTailText, truncation_marker
+from gateway.jsoncodec import too_deep
+from gateway.settings import Settings
 
 # (output as nbformat dict, display_id or None, True when it replaces an earlier output)
 OutputListener = Callable[[dict[str, Any], str | None, bool], None]
+
+MAX_DISPLAY_ID_CHARS = 256  # a longer display id is treated as none (it cannot be updated)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +31,18 @@ class Caps:
     stream_bytes: int
     display_bytes: int
     limit_bytes: int
+    error_bytes: int = 256 * 1024  # an error's value, and its traceback, each
+    max_depth: int = 64  # deepest nesting of an output's JSON that is kept
+
+    @classmethod
+    def from_settings(cls, settings: Settings, limit_bytes: int | None = None) -> Caps:
+        return cls(
+            stream_bytes=settings.stream_cap_bytes,
+            display_bytes=settings.display_cap_bytes,
+            limit_bytes=settings.output_limit_bytes if limit_bytes is None else limit_bytes,
+            error_bytes=settings.error_cap_bytes,
+            max_depth=settings.max_json_depth,
+        )
 
 
 @dataclasses.dataclass
@@ -59,6 +76,8 @@ class OutputCollector:
         self._dropped_stream = 0
         self._display_bytes = 0
         self._dropped_displays = 0
+        self._dropped_updates = 0
+        self._not_kept_deep = 0
         self._clear_pending = False
 
     @property
@@ -73,17 +92,13 @@ class OutputCollector:
         if kind == "stream":
             self._flush_clear()
             self._add_stream(content.get("name", "stdout"), content.get("text", ""))
-        elif kind in ("display_data", "execute_result", "error"):
+        elif kind == "error":
+            self._flush_clear()
+            self._add_error(content)
+        elif kind in ("display_data", "execute_result"):
             self._flush_clear()
             output = output_from_msg(msg)
-            display_id = (content.get("transient") or {}).get("display_id")
-            if kind == "error":
-                self.error = {
-                    "ename": content.get("ename", ""),
-                    "evalue": content.get("evalue", ""),
-                    "traceback": list(content.get("traceback", [])),
-                }
-            self._add_rich(_Entry(dict(output), display_id))
+            self._add_rich(_Entry(dict(output), _display_id(content)))
         elif kind == "update_display_data":
             self._update_display(content)
         elif kind == "clear_output":
@@ -91,6 +106,19 @@ class OutputCollector:
                 self._clear_pending = True
             else:
                 self._clear()
+
+    def _add_error(self, content: dict[str, Any]) -> None:
+        """An uncaught error, cut to the error cap as it arrives (value and traceback)."""
+        capped = cap_error(content, self.caps.error_bytes)
+        self.error = capped.to_json()
+        if capped.cut:
+            self.notes.append(
+                f"The error's value or traceback was longer than {self.caps.error_bytes} "
+                "bytes: the middle was cut."
+            )
+        output = {"output_type": "error", **capped.to_json()}
+        self.received_bytes += capped.received_bytes
+        self._keep_rich(_Entry(output), json_size(output) or 0)
 
     def _notify(self, output: dict[str, Any], display_id: str | None, update: bool) -> None:
         if self.listener is not None:
@@ -154,8 +182,14 @@ class OutputCollector:
                 self._dropped_stream += removed
 
     def _add_rich(self, entry: _Entry) -> None:
-        size = len(json.dumps(entry.output))
-        self.received_bytes += size
+        size = json_size(entry.output, self.caps.max_depth)
+        self.received_bytes += size or 0
+        if size is None:
+            self._not_kept_deep += 1
+            return
+        self._keep_rich(entry, size)
+
+    def _keep_rich(self, entry: _Entry, size: int) -> None:
         if self._display_bytes + size > self.caps.display_bytes:
             self._dropped_displays += 1
             return
@@ -164,16 +198,27 @@ class OutputCollector:
         self._notify(entry.output, entry.display_id, False)
 
     def _update_display(self, content: dict[str, Any]) -> None:
-        display_id = (content.get("transient") or {}).get("display_id")
+        display_id = _display_id(content)
         if not display_id:
             return
+        update = {"data": content.get("data", {}), "metadata": content.get("metadata", {})}
+        size = json_size(update, self.caps.max_depth)
         # an update loop is output too: it counts toward the limit that kills a flood
-        self.received_bytes += len(json.dumps(content.get("data", {})))
+        self.received_bytes += size or 0
+        if size is None:
+            self._not_kept_deep += 1
+            return
         for entry in [*self._head, *self._tail]:
-            if entry.display_id == display_id:
-                entry.output["data"] = content.get("data", {})
-                entry.output["metadata"] = content.get("metadata", {})
-                self._notify(entry.output, display_id, True)
+            if entry.display_id != display_id:
+                continue
+            updated = {**entry.output, **update}
+            old, new = json_size(entry.output) or 0, json_size(updated) or 0
+            if self._display_bytes - old + new > self.caps.display_bytes:
+                self._dropped_updates += 1
+                continue
+            self._display_bytes += new - old
+            entry.output = updated
+            self._notify(updated, display_id, True)
 
     def _flush_clear(self) -> None:
         if self._clear_pending:
@@ -220,4 +265,32 @@ class OutputCollector:
                 f"{self._dropped_displays} rich output(s) were not returned: the limit of "
                 f"{self.caps.display_bytes} bytes of rich output was reached."
             )
+        if self._dropped_updates:
+            notes.append(
+                f"{self._dropped_updates} display update(s) were not applied: the limit of "
+                f"{self.caps.display_bytes} bytes of rich output was reached."
+            )
+        if self._not_kept_deep:
+            notes.append(
+                f"{self._not_kept_deep} output(s) were not returned: their JSON is nested more "
+                f"than {self.caps.max_depth} levels deep."
+            )
         return notes
+
+
+def _display_id(content: dict[str, Any]) -> str | None:
+    display_id = (content.get("transient") or {}).get("display_id")
+    if not isinstance(display_id, str) or len(display_id) > MAX_DISPLAY_ID_CHARS:
+        return None
+    return display_id
+
+
+def json_size(value: Any, max_depth: int | None = None) -> int | None:
+    """The size of `value` as JSON; None when it is nested more than `max_depth` deep
+    (or too deep for the encoder), so that it is not kept."""
+    if max_depth is not None and too_deep(value, max_depth):
+        return None
+    try:
+        return len(json.dumps(value))
+    except (RecursionError, TypeError, ValueError):
+        return None

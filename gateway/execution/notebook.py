@@ -68,10 +68,8 @@ class _Tally:
     def caps(self) -> Caps:
         """The next cell's caps: output past what is left of the notebook's limit kills it."""
         settings = self.settings
-        return Caps(
-            stream_bytes=settings.stream_cap_bytes,
-            display_bytes=settings.display_cap_bytes,
-            limit_bytes=max(0, settings.output_limit_bytes - self.received),
+        return Caps.from_settings(
+            settings, limit_bytes=max(0, settings.output_limit_bytes - self.received)
         )
 
     def add(self, name: str, cell: Cell) -> list[dict[str, Any]]:
@@ -108,7 +106,7 @@ class _Tally:
         """Remember the first failing cell: its error and exit code stand for the notebook."""
         if not self.failed:
             self.failed = True
-            self.error = error_of(cell)
+            self.error = error_of(cell, self.settings.error_cap_bytes)
             self.exit_code = exit_code
 
 
@@ -209,7 +207,7 @@ class NotebookExecution:
     async def _finish(self, session: KernelSession, last: Cell) -> None:
         record, request, tally = self.record, self.request, self.tally
         if last.ending == "finished" and request.language == "python":
-            await read_result(session, record)
+            await read_result(session, record, self.settings)
         events, death = await close_sandbox(
             session.sandbox, self.settings, record, request.return_files, last.ending == "died"
         )

@@ -20,7 +20,8 @@ from typing import Any
 import zmq.asyncio
 
 from gateway.execution.charts import charts_from_outputs
-from gateway.execution.collector import OutputListener
+from gateway.execution.collector import Caps, OutputListener, json_size
+from gateway.execution.errorcap import cap_error, clip_middle
 from gateway.execution.session import Cell, KernelSession, limits_from, open_session
 from gateway.runs.models import KillReason, RunRecord, RunRequest, StagedFile, now_rfc3339
 from gateway.sandbox.base import Death, ReadLimits, Sandbox, SandboxBackend, SandboxSpec
@@ -136,21 +137,26 @@ class Execution:
             reply = await session.run_silent(setup, timeout=10)
             if reply is None or reply.get("status") != "ok":
                 self.record.notes.append("`vars` could not be set in the kernel.")
-        return await session.run_cell(self.request.source, self.request.timeout, self.listener)
+        caps = Caps.from_settings(self.settings)
+        return await session.run_cell(
+            self.request.source, self.request.timeout, self.listener, caps=caps
+        )
 
     async def _finish(self, sandbox: Sandbox, session: KernelSession, cell: Cell) -> None:
         record, request = self.record, self.request
         if cell.ending == "finished" and request.language == "python":
-            await read_result(session, record)
+            await read_result(session, record, self.settings)
         events, death = await close_sandbox(
             sandbox, self.settings, record, request.return_files, died=cell.ending == "died"
         )
-        apply_cell(record, cell)
+        apply_cell(record, cell, self.settings.error_cap_bytes)
         settle_status(record, cell, events, death)
 
 
-async def read_result(session: KernelSession, record: RunRecord) -> None:
-    """Read the kernel's global `result` (else `output`) into the record, or note why not."""
+async def read_result(session: KernelSession, record: RunRecord, settings: Settings) -> None:
+    """Read the kernel's global `result` (else `output`) into the record, or note why not.
+    A value larger than `result_cap_bytes` as JSON, or nested deeper than `max_json_depth`,
+    is not returned."""
     reply = await session.run_silent("", timeout=10, user_expressions={"r": _RESULT_EXPRESSION})
     if reply is None:
         record.notes.append("`result` could not be read back from the kernel.")
@@ -159,13 +165,25 @@ async def read_result(session: KernelSession, record: RunRecord) -> None:
     value = (expression.get("data") or {}).get("application/json")
     if not isinstance(value, dict) or not value.get("present"):
         return
+    name = clip_middle(str(value.get("name")), 100)
     if "error" in value:
-        record.notes.append(
-            f"`{value.get('name')}` was not returned: it is not JSON-serialisable "
-            f"({value['error']})."
-        )
+        reason = clip_middle(str(value["error"]), 500)
+        record.notes.append(f"`{name}` was not returned: it is not JSON-serialisable ({reason}).")
         return
-    record.result = value.get("value")
+    result = value.get("value")
+    size = json_size(result, settings.max_json_depth)
+    if size is None:
+        record.notes.append(
+            f"`{name}` was not returned: it is nested more than {settings.max_json_depth} "
+            "levels deep."
+        )
+    elif size > settings.result_cap_bytes:
+        record.notes.append(
+            f"`{name}` was not returned: it is {size} bytes as JSON, over the limit of "
+            f"{settings.result_cap_bytes} bytes."
+        )
+    else:
+        record.result = result
 
 
 async def close_sandbox(
@@ -194,20 +212,17 @@ async def close_sandbox(
     return events, death
 
 
-def error_of(cell: Cell) -> dict[str, Any] | None:
-    """A cell's uncaught error: its `error` output, else that of a failed execute_reply."""
+def error_of(cell: Cell, max_bytes: int) -> dict[str, Any] | None:
+    """A cell's uncaught error: its `error` output (already cut), else that of a failed
+    execute_reply, cut to `max_bytes` like an error output."""
     if cell.collector is not None and cell.collector.error is not None:
         return cell.collector.error
     if cell.reply is not None and cell.reply.get("status") == "error":
-        return {
-            "ename": cell.reply.get("ename", ""),
-            "evalue": cell.reply.get("evalue", ""),
-            "traceback": list(cell.reply.get("traceback", [])),
-        }
+        return cap_error(cell.reply, max_bytes).to_json()
     return None
 
 
-def apply_cell(record: RunRecord, cell: Cell) -> None:
+def apply_cell(record: RunRecord, cell: Cell, error_bytes: int) -> None:
     """Copy a cell's outputs into the record."""
     collector = cell.collector
     if collector is None:
@@ -217,7 +232,7 @@ def apply_cell(record: RunRecord, cell: Cell) -> None:
     record.output, record.output_truncated = collector.output.text(), collector.output.truncated
     record.outputs = collector.outputs()
     record.charts = charts_from_outputs(record.outputs)
-    record.error = error_of(cell)
+    record.error = error_of(cell, error_bytes)
     record.notes.extend(collector.final_notes())
     record.exit_code = exit_code_of(cell.reply) if cell.ending == "finished" else None
 

@@ -81,8 +81,15 @@ or past a user's `max_runs_per_user` runs in progress, or while draining, the an
 **Output caps.** `stdout`, `stderr` and `output` are each kept up to the operator's cap
 (default 1 MiB): the first and last halves are kept and `[... N bytes truncated ...]` marks
 the cut; the `outputs` list has the same cut. Rich outputs (images, HTML) are kept up to 16
-MiB per run; output far past the caps (64 MiB) kills the run (`output_limit`). WebSocket live
-output stops at the cap; the final record has the kept head and tail.
+MiB per run, display updates included (an update that would pass the cap is not applied);
+output far past the caps (64 MiB, display updates and errors included) kills the run
+(`output_limit`). An uncaught error's value and traceback are each cut to 256 KiB as they
+arrive; `result` is returned only up to 4 MiB of JSON; an output or `result` nested more than
+`max_json_depth` levels deep is left out. Whatever the parts add up to, a run record is at
+most `max_record_bytes` (default 64 MiB): past it the largest parts are cut first (an output
+becomes a short stand-in of the same type, a chart is left out, a returned file becomes an
+error entry, `result` null) and a note says so. WebSocket live output stops at the cap; the
+final record has the kept head and tail.
 """
 
 

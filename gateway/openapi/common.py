@@ -498,10 +498,22 @@ RECORD_SCHEMAS: dict[str, Schema] = {
                     "Python: the value of the global `result`, else of `output`, after the "
                     "run, when it is JSON-serialisable (numpy values and arrays, pandas "
                     "objects are converted with `tolist()`/`to_dict()`); else null and a "
-                    "note. Null for bash and for runs that did not finish."
+                    "note. Also null with a note when its JSON is larger than "
+                    "`result_cap_bytes` (default 4 MiB) or nested more than `max_json_depth` "
+                    "levels deep. Null for bash and for runs that did not finish."
                 ),
             },
-            "error": nullable(ref("RunError")),
+            "error": nullable(
+                {
+                    **ref("RunError"),
+                    "description": (
+                        "The uncaught error. Its `evalue` and its `traceback` (in all) are "
+                        "each cut to `error_cap_bytes` (default 256 KiB) as they arrive, "
+                        "head and tail kept, and its `ename` to 1 KiB; the error output in "
+                        "`outputs` is the same cut error."
+                    ),
+                }
+            ),
             "charts": {"type": "array", "items": ref("Chart")},
             "files": {"type": "array", "items": ref("ReturnedFile")},
             "timed_out": {"type": "boolean"},
@@ -514,7 +526,10 @@ RECORD_SCHEMAS: dict[str, Schema] = {
             "notes": {
                 "type": "array",
                 "items": {"type": "string"},
-                "description": "sentences about anything clamped, truncated or not returned",
+                "description": (
+                    "sentences about anything clamped, truncated or not returned; each at "
+                    "most 1000 characters, at most 100 of them"
+                ),
             },
         },
     },

@@ -19,6 +19,7 @@ from gateway.execution.collector import OutputListener
 from gateway.execution.notebook import NotebookExecution
 from gateway.execution.runner import Execution
 from gateway.metrics import Metrics
+from gateway.runs.bounds import bound_record
 from gateway.runs.models import RunRecord, RunRequest, StagedFile, new_run_id
 from gateway.runs.notebook import store_notebook
 from gateway.runs.notebook_request import NotebookRequest
@@ -195,6 +196,10 @@ class RunService:
             record.status = "failed"
             record.notes.append("The gateway failed while running this; the error was logged.")
         finally:
+            try:
+                bound_record(record, self.settings.max_record_bytes)
+            except Exception:
+                log.exception("run %s: its record could not be bounded", record.id)
             self.active.pop(record.id, None)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
             with contextlib.suppress(Exception):
