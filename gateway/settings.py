@@ -77,6 +77,12 @@ class Settings:
     max_queued_runs: int = _field(16, "runs waiting for a slot before 429")
     max_runs_per_user: int = _field(8, "runs one user may have running or queued")
     record_ttl: float = _field(7 * 24 * 3600.0, "seconds a run record is kept")
+    max_records_per_user: int = _field(
+        1000, "run records kept per user; past it their oldest finished ones are deleted"
+    )
+    max_record_store_bytes_per_user: int = _field(
+        1 * GiB, "bytes of run records kept per user; past it their oldest are deleted"
+    )
     drain_timeout: float = _field(330.0, "longest SIGTERM waits for running runs")
 
     cpus: float = _field(1.0, "CPUs per sandbox")
