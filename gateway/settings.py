@@ -63,6 +63,12 @@ class Settings:
     max_archive_file_bytes: int = _field(50 * MiB, "largest single file in an archive, unpacked")
     max_archive_ratio: float = _field(100.0, "largest compression ratio of an archive's file")
     upload_ttl: float = _field(24 * 3600.0, "seconds an uploaded archive is kept")
+    max_uploads_per_user: int = _field(
+        100, "uploads kept per user; past it their oldest are deleted"
+    )
+    max_upload_store_bytes_per_user: int = _field(
+        512 * MiB, "bytes of uploads kept per user; past it their oldest are deleted"
+    )
 
     stream_cap_bytes: int = _field(1 * MiB, "stdout, stderr and output are each cut to this")
     display_cap_bytes: int = _field(16 * MiB, "rich outputs (images, HTML) kept per run")
