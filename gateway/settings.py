@@ -79,6 +79,17 @@ class Settings:
     )
     output_limit_bytes: int = _field(64 * MiB, "output past this kills the run (output_limit)")
 
+    header_timeout: float = _field(
+        10.0, "seconds a connection has to send a request's headers (also its idle time)"
+    )
+    body_timeout: float = _field(120.0, "seconds a request's body has to arrive")
+    write_timeout: float = _field(120.0, "seconds a client has to take a finished answer")
+    max_connections: int = _field(1000, "open HTTP connections; past it: 503 and closed")
+    max_streams_per_user: int = _field(8, "open WebSocket connections per user (else 429)")
+    max_event_bytes: int = _field(
+        16 * MiB, "largest WebSocket event; a larger output is dropped, a larger record cut"
+    )
+
     max_concurrent_runs: int = _field(4, "runs executing at once")
     max_queued_runs: int = _field(16, "runs waiting for a slot before 429")
     max_runs_per_user: int = _field(8, "runs one user may have running or queued")

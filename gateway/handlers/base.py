@@ -10,7 +10,9 @@ from typing import Any
 
 import tornado.web
 import tornado.websocket
+from tornado.concurrent import Future
 from tornado.http1connection import HTTP1Connection
+from tornado.ioloop import IOLoop
 
 from gateway.auth import Principal, TokenTable
 from gateway.errors import (
@@ -142,6 +144,30 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
+
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> Future[None]:
+        """Finish the answer; a client that has not taken all of it `write_timeout` seconds
+        later loses its connection (else it could hold the answer in memory forever)."""
+        written = super().finish(chunk)
+        if not written.done():
+            loop = IOLoop.current()
+            timer = loop.call_later(self.settings_.write_timeout, self._drop_unread, written)
+            written.add_done_callback(lambda _: loop.remove_timeout(timer))
+        return written
+
+    def _drop_unread(self, written: Future[None]) -> None:
+        if written.done():
+            return
+        log.info(
+            "closing the connection of %s: the answer to %s %s was not taken in %g s",
+            self.request.remote_ip,
+            self.request.method,
+            self.request.path,
+            self.settings_.write_timeout,
+        )
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.close()
 
     def send_json(self, payload: Any, status: int = 200) -> None:
         self.set_status(status)

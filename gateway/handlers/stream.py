@@ -27,11 +27,12 @@ import tornado.web
 import tornado.websocket
 
 from gateway.auth import Principal
-from gateway.errors import GatewayError, InvalidRequest, Unauthorized
+from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest, Unauthorized
 from gateway.handlers.base import Services
 from gateway.handlers.origin import origin_allowed, refuse_foreign
 from gateway.handlers.outbox import Outbox
 from gateway.jsoncodec import dumps_utf8, parse_json
+from gateway.runs.bounds import bound_json
 from gateway.runs.service import ActiveRun
 from gateway.runs.validation import parse_run_request
 from gateway.uploads.attach import resolve_archive
@@ -82,6 +83,7 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         self._runs: dict[str, _Run] = {}  # by run id
         self._refs: dict[str | int, _Run] = {}  # unfinished runs by ref
         self._connected = False
+        self._done_lock = asyncio.Lock()  # `done` events are queued one at a time
         self.outbox = Outbox(
             self._send,
             drop_bytes=OUTPUT_QUEUE_BYTES,
@@ -127,6 +129,21 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
                 "A valid token is required: `?token=<token>` on the handshake, "
                 "or an `Authorization: Bearer <token>` header."
             )
+        # Counted here and added in `open`: nothing in between yields to the event loop,
+        # so two handshakes of one user cannot both pass the check.
+        mine = len(
+            [
+                stream
+                for stream in self.services.open_streams
+                if isinstance(stream, StreamHandler) and stream.user.user == self.principal.user
+            ]
+        )
+        if mine >= self.settings_.max_streams_per_user:
+            raise CapacityExceeded(
+                f"You already have {mine} WebSocket connections open; the limit is "
+                f"{self.settings_.max_streams_per_user}.",
+                retry_after=5,
+            )
 
     def _redact_token(self) -> None:
         """Keep the token out of the access log (which logs the request URI)."""
@@ -151,6 +168,8 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             self.set_status(exc.status)
             if exc.status == 401:
                 self.set_header("WWW-Authenticate", 'Bearer realm="gateway"')
+            if exc.retry_after is not None:
+                self.set_header("Retry-After", str(int(exc.retry_after + 0.999)))
             self.finish(json.dumps(exc.to_json()))
             return
         message = self._reason if status_code < 500 else "The gateway failed; it was logged."
@@ -261,16 +280,30 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             self._keep(asyncio.create_task(self._cancel_run(run.id)))
 
     async def _watch(self, run: _Run, active: ActiveRun) -> None:
-        """Send the `done` event when the run has its final record."""
+        """Send the `done` event when the run has its final record.
+
+        `done` events must arrive, so they are never dropped; what bounds them is that each
+        is at most `max_event_bytes` (a larger record is cut, the whole one is at GET
+        /v1/runs/{id}) and that they are queued one at a time, only while less than the
+        outbox's `hold_bytes` waits: a client that reads nothing holds them back here."""
         assert active.task is not None
         record = active.record
         with contextlib.suppress(asyncio.CancelledError):
             record = await asyncio.shield(active.task)
+        limit = self.settings_.max_event_bytes
+        data = bound_json(
+            record.to_json(),
+            limit - 1024,  # room for the event around the record
+            f"This `done` event was over its limit of {limit} bytes: its largest parts were "
+            f"cut. The whole record is at GET /v1/runs/{run.id}.",
+        )
         self._runs.pop(run.id, None)
         if run.ref is not None:
             self._refs.pop(run.ref, None)
-        self._flush_drop_notice(run)
-        self._emit({"type": "done", "ref": run.ref, "id": run.id, "run": record.to_json()})
+        async with self._done_lock:
+            await self.outbox.wait_for_room()
+            self._flush_drop_notice(run)
+            self._emit({"type": "done", "ref": run.ref, "id": run.id, "run": data})
 
     async def _cancel(self, data: dict[str, Any]) -> None:
         run_id = data.get("id")
@@ -306,7 +339,8 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             if update:
                 event["update"] = True
         self._flush_drop_notice(run)
-        if not self.outbox.offer(_encode(event)):
+        data = _encode(event)
+        if len(data) > self.settings_.max_event_bytes or not self.outbox.offer(data):
             run.dropped += 1
 
     def _flush_drop_notice(self, run: _Run) -> None:

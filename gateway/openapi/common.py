@@ -55,7 +55,7 @@ ERROR_CODES: dict[int, list[str]] = {
     415: ["unsupported_media_type"],
     429: ["capacity"],
     500: ["internal"],
-    503: ["sandbox_unavailable"],
+    503: ["sandbox_unavailable", "capacity"],
 }
 
 _ERROR_TEXT: dict[int, tuple[str, str]] = {
@@ -111,7 +111,9 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "SandboxUnavailable",
         "`sandbox_unavailable`: no kernel or sandbox could be started for this run (e.g. the "
         "container engine failed, or the kernel was not ready within `kernel_start_timeout`). "
-        "Not the caller's fault; retrying later may work.",
+        "Not the caller's fault; retrying later may work. `capacity`: the gateway has "
+        "`max_connections` connections open; this one was answered at once and closed "
+        "(with `Retry-After`).",
     ),
 }
 

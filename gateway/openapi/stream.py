@@ -137,9 +137,16 @@ PATHS: dict[str, Schema] = {
                 '`{"type": "cancel", "id"}`. A malformed or refused message gets `{"type": '
                 '"error", "ref", "error": {code, message, field?}}` and the connection stays '
                 "open. Output is rate- and size-capped exactly as in the run record; a client "
-                "that reads too slowly gets `output_dropped` instead of some live outputs. "
-                "Closing the connection cancels its runs still in progress. The message "
-                "schemas are listed in `x-websocket-messages`."
+                "that reads too slowly gets `output_dropped` instead of some live outputs, "
+                "and so does one whose output event would be larger than `max_event_bytes` "
+                "(default 16 MiB). A `done` event is never dropped, but its record is cut to "
+                "`max_event_bytes` like a record to `max_record_bytes` (a note says so; the "
+                "whole record is at GET /v1/runs/{id}), and it waits while the client has "
+                "not read what was sent before. A client that does not answer the gateway's "
+                "pings (every 30 s) within 30 s is disconnected. Each user may keep "
+                "`max_streams_per_user` (default 8) connections open; one more is 429 "
+                "capacity with `Retry-After`. Closing the connection cancels its runs still "
+                "in progress. The message schemas are listed in `x-websocket-messages`."
             ),
             "security": [{"bearer": []}, {"queryToken": []}],
             "parameters": [
@@ -153,7 +160,7 @@ PATHS: dict[str, Schema] = {
             ],
             "responses": {
                 "101": {"description": "Switching to the WebSocket protocol."},
-                **errors(400, 401, 403),
+                **errors(400, 401, 403, 429),
             },
             "x-websocket-messages": {
                 "client": [ref("StreamRunMessage"), ref("StreamCancelMessage")],
