@@ -49,6 +49,8 @@ class Caps:
 class _Entry:
     output: dict[str, Any]
     display_id: str | None = None
+    size: int = 0  # of the output as JSON, for the display cap
+    payload: int | None = None  # of its {"data", "metadata"} as JSON, once it was updated
 
 
 def _stream_size(entry: _Entry) -> int:
@@ -194,6 +196,7 @@ class OutputCollector:
             self._dropped_displays += 1
             return
         self._display_bytes += size
+        entry.size = size
         (self._tail if self._tail else self._head).append(entry)
         self._notify(entry.output, entry.display_id, False)
 
@@ -211,14 +214,18 @@ class OutputCollector:
         for entry in [*self._head, *self._tail]:
             if entry.display_id != display_id:
                 continue
-            updated = {**entry.output, **update}
-            old, new = json_size(entry.output) or 0, json_size(updated) or 0
-            if self._display_bytes - old + new > self.caps.display_bytes:
+            if entry.payload is None:
+                output = entry.output
+                current = {"data": output.get("data"), "metadata": output.get("metadata")}
+                entry.payload = json_size(current) or 0
+            new = entry.size - entry.payload + size  # the same output, its payload replaced
+            if self._display_bytes - entry.size + new > self.caps.display_bytes:
                 self._dropped_updates += 1
                 continue
-            self._display_bytes += new - old
-            entry.output = updated
-            self._notify(updated, display_id, True)
+            self._display_bytes += new - entry.size
+            entry.output = {**entry.output, **update}
+            entry.size, entry.payload = new, size
+            self._notify(entry.output, display_id, True)
 
     def _flush_clear(self) -> None:
         if self._clear_pending:
