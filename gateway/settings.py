@@ -39,7 +39,7 @@ class Settings:
     allow_network: bool = _field(False, "let runs ask for outbound network (network: true)")
     admin_dirs: tuple[str, ...] = _field((), "folders an admin may name as working_dir")
     allowed_origins: tuple[str, ...] = _field(
-        (), "web origins besides the gateway's own whose pages may call it (HTTP and WebSocket)"
+        (), "web origins besides the gateway's own whose pages may call it (* any, with tokens)"
     )
 
     default_timeout: float = _field(30.0, "run timeout when the request names none, seconds")

@@ -369,3 +369,21 @@ def test_a_websocket_error_never_echoes_a_huge_id(gateway: GatewayThread) -> Non
     event = asyncio.run(main())
     assert event["type"] == "error" and event["error"]["code"] == "not_found"
     assert "id" not in event
+
+
+@pytest.fixture(scope="module")
+def careless() -> Iterator[GatewayThread]:
+    """A single-user gateway whose operator allowed every origin."""
+    server = start_gateway("local", allowed_origins=("*",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_any_origin_is_not_allowed_without_tokens(careless: GatewayThread) -> None:
+    """`*` would let every web page run code as the local user: ignored without tokens."""
+    body = json.dumps({"code": f"print({MARK!r})"}).encode()
+    headers = {**NO_CORS_POST, "Content-Type": "application/json"}
+    error_of(raw_request(careless.port, "POST", "/v1/runs", body, headers), 403, "forbidden")
+    assert asyncio.run(handshake_status(careless.port, {"Origin": EVIL})) == 403

@@ -7,7 +7,8 @@ handshake, and `Sec-Fetch-Site` on every request. So for every endpoint (HTTP an
 WebSocket) a request is refused when
 
 - its `Origin` is neither this gateway's own (the `Origin`'s host and port are the `Host`
-  header's) nor one of the operator's `allowed_origins` (`*` allows any), or
+  header's) nor one of the operator's `allowed_origins` (`*` allows any, but only with
+  tokens: without them every page could run code as the local user), or
 - it carries no `Origin` and `Sec-Fetch-Site: cross-site` (a cross-site GET sends none),
 
 except a top-level navigation to the page (`GET /` with `Sec-Fetch-Mode: navigate`), so that
@@ -78,6 +79,8 @@ def refuse_foreign(
     evil.example -> 127.0.0.1, would otherwise be same-origin with the gateway)."""
     if single_user and not is_loopback_host(request.host):
         raise Forbidden("Without tokens this gateway answers only on a loopback address.")
+    if single_user:  # `*` would let every web page run code as the local user
+        allowed_origins = [o for o in allowed_origins if o.strip() != "*"]
     reason = cross_site_refusal(request.headers, allowed_origins, navigation_ok=navigation_ok)
     if reason is not None:
         raise Forbidden(reason)
