@@ -75,7 +75,13 @@ def test_an_error_of_ordinary_size_is_whole(client: Client) -> None:
 def test_a_100_mb_result(client: Client) -> None:
     record, _ = run_bounded(client, 1 * MiB, code="result = 'A' * 10**8", timeout=120)
     assert record["status"] == "succeeded" and record["result"] is None
-    assert any("`result` was not returned" in n and "bytes" in n for n in record["notes"])
+    # over the cap; or, on a busy machine, the kernel takes more than the 10 s allowed to
+    # send 100 MB back (the cap itself is tested to the byte below)
+    assert any(
+        ("`result` was not returned" in note and "bytes" in note)
+        or "`result` could not be read back" in note
+        for note in record["notes"]
+    ), record["notes"]
 
 
 def test_a_result_at_and_just_over_its_cap(client: Client) -> None:
