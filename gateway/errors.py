@@ -21,6 +21,17 @@ from __future__ import annotations
 
 from typing import Any
 
+# Messages and field names may quote what the client sent (a path, a language): an answer
+# never echoes more than this of it.
+MAX_MESSAGE_CHARS = 2000
+MAX_FIELD_CHARS = 200
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - 20] + f" [... {len(text) - limit + 20} characters cut]"
+
 
 class GatewayError(Exception):
     """An error reported to the client as `{"error": {code, message, field?}}`."""
@@ -44,9 +55,12 @@ class GatewayError(Exception):
         self.retry_after = retry_after
 
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        body: dict[str, Any] = {
+            "code": self.code,
+            "message": _clip(self.message, MAX_MESSAGE_CHARS),
+        }
         if self.field is not None:
-            body["field"] = self.field
+            body["field"] = _clip(self.field, MAX_FIELD_CHARS)
         return {"error": body}
 
 

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import secrets
 import signal
 import socket
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from gateway.client import GatewayClient, GatewayClientError
 from gateway.settings import Settings
+from gateway.terminal import strip_colors
 from gateway.version import __version__
 
 if TYPE_CHECKING:
@@ -54,7 +54,6 @@ OUTPUT_HEAD, OUTPUT_TAIL = 10_000, 40_000  # characters of output shown (like co
 FILE_CHARS = 20_000  # characters of one returned text file shown
 RESULT_CHARS = 10_000
 IMAGE_MIMES = ("image/png", "image/jpeg")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 TOOL_DESCRIPTION = """\
 Run Python or bash code in a fresh, isolated sandbox and return what it printed.
@@ -182,7 +181,7 @@ def format_record(record: dict[str, Any], timeout: float | None = None) -> "list
     sections.append("--- output ---\n" + (_cut(output) if output else "(no output)"))
     error = record.get("error")
     if error and record.get("status") != "succeeded":
-        traceback = "\n".join(_ANSI.sub("", line) for line in error.get("traceback") or [])
+        traceback = "\n".join(strip_colors(line) for line in error.get("traceback") or [])
         summary = f"{error.get('ename', '')}: {error.get('evalue', '')}"
         sections.append(f"--- error ---\n{summary}\n{traceback}".rstrip())
     if record.get("result") is not None:

@@ -8,6 +8,10 @@ exit code; 1 when the run ended without one (timeout, limit, cancel) or the gate
 not be reached or failed; 2 for a usage error (a bad flag or file, a request the gateway
 refused as invalid).
 
+What the run printed is shown without terminal escape sequences and control characters
+(`gateway.terminal.terminal_safe`): a run must not be able to drive the terminal of whoever
+looks at its output. `--raw` shows it as it came.
+
 Every HTTP call goes through `post_json`, which uses the typed client `gateway.client`.
 """
 
@@ -17,19 +21,19 @@ import argparse
 import base64
 import json
 import os
-import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gateway.client import GatewayClient, GatewayClientError
+from gateway.terminal import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:8888"
 SCRIPT_LANGUAGES = {".py": "python", ".sh": "bash", ".bash": "bash"}
 CHART_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"}
 ANSWER_MARGIN = 120.0  # seconds to wait for an answer beyond the run's own timeout
 USAGE, FAILED = 2, 1
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class CommandError(Exception):
@@ -55,6 +59,11 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--cell-timeout", type=float, help="seconds for each notebook cell")
     run.add_argument(
         "--allow-errors", action="store_true", help="run every notebook cell despite errors"
+    )
+    run.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the run's output as it came, terminal escape sequences included",
     )
     run.add_argument(
         "--language",
@@ -133,7 +142,8 @@ def run_notebook(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"cannot write {out}: {exc}", FAILED) from exc
     run = answer["run"]
-    print("\n".join(notebook_report(path, answer["notebook"], run)))
+    show = _shower(args)
+    print("\n".join(show(line) for line in notebook_report(path, answer["notebook"], run)))
     print(f"executed notebook: {out}")
     return exit_status(run)
 
@@ -185,17 +195,18 @@ def run_script(args: argparse.Namespace) -> int:
         body["timeout"] = args.timeout
     url, token, wait = _options(args)
     run = post_json(url, "/v1/runs", body, token, wait)
-    sys.stdout.write(run.get("stdout", ""))
+    show = _shower(args)
+    sys.stdout.write(show(run.get("stdout", "")))
     sys.stdout.flush()
-    sys.stderr.write(run.get("stderr", ""))
+    sys.stderr.write(show(run.get("stderr", "")))
     error = run.get("error")
     if error and error.get("traceback") and run["status"] != "succeeded":
         traceback = "\n".join(error["traceback"])
-        sys.stderr.write((traceback if sys.stderr.isatty() else _ANSI.sub("", traceback)) + "\n")
+        sys.stderr.write(show(traceback) + "\n")
     for saved in save_charts(run.get("charts", []), path.stem):
         print(f"gateway run: saved a chart to {saved}", file=sys.stderr)
     for note in run.get("notes", []):
-        print(f"gateway run: note: {note}", file=sys.stderr)
+        print(f"gateway run: note: {show(note)}", file=sys.stderr)
     if run["status"] not in ("succeeded", "failed"):
         reason = f" ({run['kill_reason']})" if run.get("kill_reason") else ""
         print(f"gateway run: the run was {run['status']}{reason}", file=sys.stderr)
@@ -221,6 +232,13 @@ def save_charts(charts: list[dict[str, Any]], stem: str) -> list[Path]:
 
 
 # --- shared -------------------------------------------------------------------------------
+
+
+def _shower(args: argparse.Namespace) -> Callable[[str], str]:
+    """How the run's text is shown: as it came with --raw, else made terminal-safe."""
+    if getattr(args, "raw", False):
+        return str
+    return terminal_safe
 
 
 def _read(path: Path) -> str:

@@ -8,7 +8,6 @@ import logging
 import signal
 import socket
 
-import tornado.httpserver
 import tornado.netutil
 import zmq
 import zmq.asyncio
@@ -16,6 +15,7 @@ import zmq.asyncio
 from gateway.app import make_app
 from gateway.auth import TokenTable, is_loopback_host
 from gateway.handlers.base import Services
+from gateway.http_server import GatewayHTTPServer
 from gateway.metrics import Metrics
 from gateway.runs.service import RunService
 from gateway.runs.store import RecordStore
@@ -47,7 +47,7 @@ class Gateway:
             )
         self.port = settings.port
         self.backend_reason = ""
-        self._server: tornado.httpserver.HTTPServer | None = None
+        self._server: GatewayHTTPServer | None = None
         self._sockets: list[socket.socket] = []
         self._expiry: asyncio.Task[None] | None = None
         self.services: Services | None = None
@@ -96,10 +96,22 @@ class Gateway:
         runs = RunService(settings, backend, self.store, self.context, metrics, uploads)
         self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
         runs.start()
-        self._server = tornado.httpserver.HTTPServer(
+        self._server = GatewayHTTPServer(
             make_app(self.services),
             max_body_size=settings.max_body_bytes * 4,
-            idle_connection_timeout=3600,
+            idle_connection_timeout=settings.header_timeout,
+            body_timeout=settings.body_timeout,
+            max_connections=settings.max_connections,
+        )
+        server = self._server
+        services = self.services
+        metrics.gauge(
+            "gateway_http_connections", "Open HTTP connections.", lambda: server.open_connections
+        )
+        metrics.gauge(
+            "gateway_streams_open",
+            "Open WebSocket connections.",
+            lambda: len(services.open_streams),
         )
         self._server.add_sockets(sockets)
         self._sockets = []

@@ -56,7 +56,9 @@ class Settings(BaseModel):
         False, "serve several users (--tokens) with the local backend, which isolates less"
     )
     admin_dirs: tuple[str, ...] = setting((), "folders an admin may name as working_dir")
-    allowed_origins: tuple[str, ...] = setting((), "origins allowed on the WebSocket")
+    allowed_origins: tuple[str, ...] = setting(
+        (), "web origins besides the gateway's own whose pages may call it (* any, with tokens)"
+    )
 
     default_timeout: float = setting(30.0, "run timeout when the request names none, seconds", gt=0)
     max_timeout: float = setting(300.0, "largest timeout a request may ask for, seconds", ge=1)
@@ -66,6 +68,9 @@ class Settings(BaseModel):
     )
 
     max_body_bytes: int = setting(48 * MiB, "largest request body", ge=1024)
+    max_json_depth: int = setting(
+        64, "deepest nesting of a JSON body or message (else 400)", ge=2, le=1000
+    )
     max_code_bytes: int = setting(1 * MiB, "largest `code`", ge=1)
     max_files: int = setting(1000, "most `files` in one request", ge=0)
     max_file_bytes: int = setting(10 * MiB, "largest single staged file (decoded)", ge=0)
@@ -88,19 +93,54 @@ class Settings(BaseModel):
         100.0, "largest compression ratio of an archive's file", ge=1
     )
     upload_ttl: float = setting(24 * 3600.0, "seconds an uploaded archive is kept", gt=0)
+    max_uploads_per_user: int = setting(
+        100, "uploads kept per user; past it their oldest are deleted", ge=1
+    )
+    max_upload_store_bytes_per_user: int = setting(
+        512 * MiB, "bytes of uploads kept per user; past it their oldest are deleted", ge=0
+    )
 
     stream_cap_bytes: int = setting(
         1 * MiB, "stdout, stderr and output are each cut to this", ge=64
     )
     display_cap_bytes: int = setting(16 * MiB, "rich outputs (images, HTML) kept per run", ge=0)
+    error_cap_bytes: int = setting(
+        256 * 1024, "an error's value, and its traceback, cut to this", ge=1024
+    )
+    result_cap_bytes: int = setting(
+        4 * MiB, "largest `result` (as JSON); a larger one is null", ge=0
+    )
+    max_record_bytes: int = setting(
+        64 * MiB,
+        "largest run record; past it the biggest parts are cut (notes say so)",
+        ge=64 * 1024,
+    )
     output_limit_bytes: int = setting(
         64 * MiB, "output past this kills the run (output_limit)", ge=1024
     )
 
+    header_timeout: float = setting(
+        10.0, "seconds a connection has to send a request's headers (also its idle time)", gt=0
+    )
+    body_timeout: float = setting(120.0, "seconds a request's body has to arrive", gt=0)
+    write_timeout: float = setting(120.0, "seconds a client has to take a finished answer", gt=0)
+    max_connections: int = setting(1000, "open HTTP connections; past it: 503 and closed", ge=1)
+    max_streams_per_user: int = setting(8, "open WebSocket connections per user (else 429)", ge=1)
+    max_event_bytes: int = setting(
+        16 * MiB,
+        "largest WebSocket event; a larger output is dropped, a larger record cut",
+        ge=64 * 1024,
+    )
     max_concurrent_runs: int = setting(4, "runs executing at once", ge=1, le=4096)
     max_queued_runs: int = setting(16, "runs waiting for a slot before 429", ge=0)
     max_runs_per_user: int = setting(8, "runs one user may have running or queued", ge=1)
     record_ttl: float = setting(7 * 24 * 3600.0, "seconds a run record is kept", gt=0)
+    max_records_per_user: int = setting(
+        1000, "run records kept per user; past it their oldest finished ones are deleted", ge=1
+    )
+    max_record_store_bytes_per_user: int = setting(
+        1 * GiB, "bytes of run records kept per user; past it their oldest are deleted", ge=0
+    )
     drain_timeout: float = setting(330.0, "longest SIGTERM waits for running runs", ge=0)
 
     cpus: float = setting(1.0, "CPUs per sandbox", gt=0, le=1024)

@@ -15,12 +15,17 @@ from typing import Any
 
 from nbformat.v4 import output_from_msg
 
+from gateway.execution.errorcap import cap_error
 from gateway.execution.textcap import HeadTailText, truncation_marker
+from gateway.jsoncodec import too_deep
+from gateway.settings import Settings
 
 # (output as nbformat dict, display_id or None, True when it replaces an earlier output)
 OutputListener = Callable[[dict[str, Any], str | None, bool], None]
 # (display_id, data, metadata): a display's new content, for outputs of earlier cells
 DisplayUpdate = Callable[[str, dict[str, Any], dict[str, Any]], None]
+
+MAX_DISPLAY_ID_CHARS = 256  # a longer display id is treated as none (it cannot be updated)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,13 +33,30 @@ class Caps:
     stream_bytes: int
     display_bytes: int  # rich output this cell may still add
     limit_bytes: int  # output (all bytes the kernel sends) past which the cell is killed
+    error_bytes: int = 256 * 1024  # an error's value, and its traceback, each
+    max_depth: int = 64  # deepest nesting of an output's JSON that is kept
     display_total: int | None = None  # the run's whole rich-output budget, for notes
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, limit_bytes: int | None = None, display_bytes: int | None = None
+    ) -> Caps:
+        return cls(
+            stream_bytes=settings.stream_cap_bytes,
+            display_bytes=settings.display_cap_bytes if display_bytes is None else display_bytes,
+            limit_bytes=settings.output_limit_bytes if limit_bytes is None else limit_bytes,
+            error_bytes=settings.error_cap_bytes,
+            max_depth=settings.max_json_depth,
+            display_total=settings.display_cap_bytes,
+        )
 
 
 @dataclasses.dataclass
 class _Entry:
     output: dict[str, Any]
     display_id: str | None = None
+    size: int = 0  # of the output as JSON, for the display cap
+    payload: int | None = None  # of its {"data", "metadata"} as JSON, once it was updated
 
 
 def _stream_size(entry: _Entry) -> int:
@@ -70,6 +92,8 @@ class OutputCollector:
         self._dropped_stream = 0
         self._display_bytes = 0
         self._dropped_displays = 0
+        self._dropped_updates = 0
+        self._not_kept_deep = 0
         self._clear_pending = False
 
     @property
@@ -84,18 +108,15 @@ class OutputCollector:
         if kind == "stream":
             self._flush_clear()
             self._add_stream(content.get("name", "stdout"), content.get("text", ""))
-        elif kind in ("display_data", "execute_result", "error"):
+        elif kind == "error":
+            self._flush_clear()
+            self._add_error(content)
+        elif kind in ("display_data", "execute_result"):
             self._flush_clear()
             output = output_from_msg(msg)
-            display_id = (content.get("transient") or {}).get("display_id")
-            if kind == "error":
-                self.error = {
-                    "ename": content.get("ename", ""),
-                    "evalue": content.get("evalue", ""),
-                    "traceback": list(content.get("traceback", [])),
-                }
+            display_id = _display_id(content)
             if kind == "display_data" and display_id:
-                self._show_everywhere(display_id, content)  # earlier ones show it too
+                self._update_display(content)  # earlier outputs with its id show it too
             self._add_rich(_Entry(dict(output), display_id))
         elif kind == "update_display_data":
             self._update_display(content)
@@ -104,6 +125,18 @@ class OutputCollector:
                 self._clear_pending = True
             else:
                 self._clear()
+
+    def _add_error(self, content: dict[str, Any]) -> None:
+        """An uncaught error, cut to the error cap as it arrives (value and traceback)."""
+        capped = cap_error(content, self.caps.error_bytes)
+        self.error = capped.to_json()
+        if capped.cut:
+            self.notes.append(
+                f"The error's value or traceback was longer than {self.caps.error_bytes} "
+                "bytes: the middle was cut."
+            )
+        output = {"output_type": "error", **capped.to_json()}
+        self._keep_rich(_Entry(output), json_size(output) or 0)
 
     def _notify(self, output: dict[str, Any], display_id: str | None, update: bool) -> None:
         if self.listener is not None:
@@ -166,32 +199,47 @@ class OutputCollector:
                 self._dropped_stream += removed
 
     def _add_rich(self, entry: _Entry) -> None:
-        size = len(json.dumps(entry.output))
+        size = json_size(entry.output, self.caps.max_depth)
+        if size is None:
+            self._not_kept_deep += 1
+            return
+        self._keep_rich(entry, size)
+
+    def _keep_rich(self, entry: _Entry, size: int) -> None:
         if self._display_bytes + size > self.caps.display_bytes:
             self._dropped_displays += 1
             return
         self._display_bytes += size
+        entry.size = size
         (self._tail if self._tail else self._head).append(entry)
         self._notify(entry.output, entry.display_id, False)
 
     def _update_display(self, content: dict[str, Any]) -> None:
-        display_id = (content.get("transient") or {}).get("display_id")
+        display_id = _display_id(content)
         if not display_id:
             return
-        self._show_everywhere(display_id, content)
-
-    def _show_everywhere(self, display_id: str, content: dict[str, Any]) -> None:
-        """Give every earlier output with this display id the new content, in this cell and
-        (through `on_display`) in earlier ones, as Jupyter does for `update_display_data`
-        and for a `display_data` that reuses an id."""
-        data, metadata = content.get("data", {}), content.get("metadata", {})
+        update = {"data": content.get("data", {}), "metadata": content.get("metadata", {})}
+        size = json_size(update, self.caps.max_depth)
+        if size is None:
+            self._not_kept_deep += 1
+            return
         for entry in [*self._head, *self._tail]:
-            if entry.display_id == display_id:
-                entry.output["data"] = data
-                entry.output["metadata"] = metadata
-                self._notify(entry.output, display_id, True)
-        if self.on_display is not None:
-            self.on_display(display_id, data, metadata)
+            if entry.display_id != display_id:
+                continue
+            if entry.payload is None:
+                output = entry.output
+                current = {"data": output.get("data"), "metadata": output.get("metadata")}
+                entry.payload = json_size(current) or 0
+            new = entry.size - entry.payload + size  # the same output, its payload replaced
+            if self._display_bytes - entry.size + new > self.caps.display_bytes:
+                self._dropped_updates += 1
+                continue
+            self._display_bytes += new - entry.size
+            entry.output = {**entry.output, **update}
+            entry.size, entry.payload = new, size
+            self._notify(entry.output, display_id, True)
+        if self.on_display is not None:  # earlier cells' outputs, as Jupyter does
+            self.on_display(display_id, update["data"], update["metadata"])
 
     def _flush_clear(self) -> None:
         if self._clear_pending:
@@ -237,10 +285,38 @@ class OutputCollector:
                 f"Output was {self.output.total} bytes; the middle was cut to keep "
                 f"{self.caps.stream_bytes} bytes."
             )
+        total = self.caps.display_total or self.caps.display_bytes
         if self._dropped_displays:
             notes.append(
                 f"{self._dropped_displays} rich output(s) were not returned: the limit of "
-                f"{self.caps.display_total or self.caps.display_bytes} bytes of rich output "
-                "was reached."
+                f"{total} bytes of rich output was reached."
+            )
+        if self._dropped_updates:
+            notes.append(
+                f"{self._dropped_updates} display update(s) were not applied: the limit of "
+                f"{total} bytes of rich output was reached."
+            )
+        if self._not_kept_deep:
+            notes.append(
+                f"{self._not_kept_deep} output(s) were not returned: their JSON is nested more "
+                f"than {self.caps.max_depth} levels deep."
             )
         return notes
+
+
+def _display_id(content: dict[str, Any]) -> str | None:
+    display_id = (content.get("transient") or {}).get("display_id")
+    if not isinstance(display_id, str) or len(display_id) > MAX_DISPLAY_ID_CHARS:
+        return None
+    return display_id
+
+
+def json_size(value: Any, max_depth: int | None = None) -> int | None:
+    """The size of `value` as JSON; None when it is nested more than `max_depth` deep
+    (or too deep for the encoder), so that it is not kept."""
+    if max_depth is not None and too_deep(value, max_depth):
+        return None
+    try:
+        return len(json.dumps(value))
+    except (RecursionError, TypeError, ValueError):
+        return None

@@ -22,7 +22,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from gateway.execution.collector import OutputListener
+from gateway.execution.collector import OutputListener, json_size
+from gateway.execution.errorcap import clip_middle
 from gateway.execution.outcome import Outcome, Tally, apply_outcome, exit_code_of
 from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
@@ -184,7 +185,7 @@ class Execution:
         limits that struck, learn how the kernel died (if it did), then kill it all."""
         outcome = Outcome(last=last)
         if last.ending == "finished" and self.program.reads_result:
-            outcome.result, outcome.result_note, failure = await read_result(session)
+            outcome.result, outcome.result_note, failure = await read_result(session, self.settings)
             if failure:
                 self.tally.notes.append(failure)
         sandbox, settings = session.sandbox, self.settings
@@ -201,9 +202,12 @@ class Execution:
         return outcome
 
 
-async def read_result(session: KernelSession) -> tuple[Any, str | None, str | None]:
+async def read_result(
+    session: KernelSession, settings: Settings
+) -> tuple[Any, str | None, str | None]:
     """The kernel's global `result` (else `output`); why the code's value was not returned
-    (it is not JSON-serialisable), or why nothing could be read back at all."""
+    (not JSON-serialisable, larger than `result_cap_bytes` as JSON, nested deeper than
+    `max_json_depth`), or why nothing could be read back at all."""
     reply = await session.run_silent(
         "", timeout=SETUP_TIMEOUT, user_expressions={"r": _RESULT_EXPRESSION}
     )
@@ -213,10 +217,16 @@ async def read_result(session: KernelSession) -> tuple[Any, str | None, str | No
     value = (expression.get("data") or {}).get("application/json")
     if not isinstance(value, dict) or not value.get("present"):
         return None, None, None
+    name = clip_middle(str(value.get("name")), 100)
     if "error" in value:
-        reason = (
-            f"`{value.get('name')}` was not returned: it is not JSON-serialisable "
-            f"({value['error']})."
-        )
-        return None, reason, None
-    return value.get("value"), None, None
+        reason = clip_middle(str(value["error"]), 500)
+        return None, f"`{name}` was not returned: it is not JSON-serialisable ({reason}).", None
+    result = value.get("value")
+    size = json_size(result, settings.max_json_depth)
+    if size is None:
+        deep = f"it is nested more than {settings.max_json_depth} levels deep"
+        return None, f"`{name}` was not returned: {deep}.", None
+    if size > settings.result_cap_bytes:
+        large = f"it is {size} bytes as JSON, over the limit of {settings.result_cap_bytes} bytes"
+        return None, f"`{name}` was not returned: {large}.", None
+    return result, None, None

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.execution.charts import charts_from_outputs, is_saved_chart
 from gateway.execution.collector import Caps
+from gateway.execution.errorcap import cap_error
 from gateway.execution.program import Program
 from gateway.execution.session import Cell
 from gateway.execution.textcap import HeadTailText
@@ -48,16 +49,13 @@ def exit_code_of(reply: dict[str, Any] | None) -> int | None:
     return 1
 
 
-def error_of(cell: Cell) -> dict[str, Any] | None:
-    """A cell's uncaught error: its `error` output, else that of a failed execute_reply."""
+def error_of(cell: Cell, max_bytes: int) -> dict[str, Any] | None:
+    """A cell's uncaught error: its `error` output (already cut), else that of a failed
+    execute_reply, cut to `max_bytes` like an error output."""
     if cell.collector is not None and cell.collector.error is not None:
         return cell.collector.error
     if cell.reply is not None and cell.reply.get("status") == "error":
-        return {
-            "ename": cell.reply.get("ename", ""),
-            "evalue": cell.reply.get("evalue", ""),
-            "traceback": list(cell.reply.get("traceback", [])),
-        }
+        return cap_error(cell.reply, max_bytes).to_json()
     return None
 
 
@@ -100,11 +98,10 @@ class Tally:
     def caps(self) -> Caps:
         """The next cell's caps: output past what is left of the program's limit kills it."""
         settings = self.settings
-        return Caps(
-            stream_bytes=settings.stream_cap_bytes,
-            display_bytes=max(0, settings.display_cap_bytes - self.display),
+        return Caps.from_settings(
+            settings,
             limit_bytes=max(0, settings.output_limit_bytes - self.received),
-            display_total=settings.display_cap_bytes,
+            display_bytes=max(0, settings.display_cap_bytes - self.display),
         )
 
     def _named(self, name: str, note: str) -> str:
@@ -144,7 +141,7 @@ class Tally:
         """Remember the first failing cell: its error and exit code stand for the program."""
         if not self.failed:
             self.failed = True
-            self.error = error_of(cell)
+            self.error = error_of(cell, self.settings.error_cap_bytes)
             self.exit_code = exit_code
 
     def note_stop(self, name: str, cell: Cell, limit: float, more: bool) -> None:

@@ -50,14 +50,6 @@ def limits_from(settings: Settings, memory_bytes: int | None = None) -> Limits:
     )
 
 
-def caps_from(settings: Settings) -> Caps:
-    return Caps(
-        stream_bytes=settings.stream_cap_bytes,
-        display_bytes=settings.display_cap_bytes,
-        limit_bytes=settings.output_limit_bytes,
-    )
-
-
 class KernelSession:
     """A started kernel in its sandbox, ready to run cells until the deadline of each."""
 
@@ -96,7 +88,7 @@ class KernelSession:
     ) -> Cell:
         """Run one cell until it ends or `timeout` s pass; `caps` default to the settings'.
         `on_display` hears of display updates meant for outputs of earlier cells."""
-        caps = caps_from(self.settings) if caps is None else caps
+        caps = Caps.from_settings(self.settings) if caps is None else caps
         cell = Cell(source=source, collector=OutputCollector(caps, listener, on_display))
         assert cell.collector is not None
         started = time.monotonic()

@@ -10,17 +10,20 @@ from typing import Any
 
 import tornado.web
 import tornado.websocket
+from tornado.concurrent import Future
 from tornado.http1connection import HTTP1Connection
+from tornado.ioloop import IOLoop
 
-from gateway.auth import Principal, TokenTable, is_loopback_host
+from gateway.auth import Principal, TokenTable
 from gateway.errors import (
-    Forbidden,
     GatewayError,
     InvalidRequest,
     PayloadTooLarge,
     Unauthorized,
     UnsupportedMediaType,
 )
+from gateway.handlers.origin import refuse_foreign
+from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.metrics import Metrics
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
@@ -58,6 +61,7 @@ class Services:
 class BaseHandler(tornado.web.RequestHandler):
     public = False  # True: no token needed
     body_limit: int | None = None  # None: settings.max_body_bytes
+    navigation_ok = False  # True: a cross-site top-level navigation may GET this (the page)
 
     def initialize(self, services: Services) -> None:
         self.services = services
@@ -73,10 +77,7 @@ class BaseHandler(tornado.web.RequestHandler):
         return self.body_limit or self.settings_.max_body_bytes
 
     def prepare(self) -> None:
-        if not self.services.tokens.enabled and not is_loopback_host(self.request.host):
-            # single-user mode answers only to loopback names: a DNS-rebound web page
-            # (evil.example -> 127.0.0.1) must not be able to run code as the local user
-            raise Forbidden("Without tokens this gateway answers only on a loopback address.")
+        self.refuse_foreign()
         if not self.public:
             self.principal = self.authenticate()
         length = self.request.headers.get("Content-Length")
@@ -84,6 +85,15 @@ class BaseHandler(tornado.web.RequestHandler):
             raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
         if isinstance(self.request.connection, HTTP1Connection):
             self.request.connection.set_max_body_size(self.limit * 4)
+
+    def refuse_foreign(self) -> None:
+        """403 for a cross-site request, or one to a non-loopback name without tokens."""
+        refuse_foreign(
+            self.request,
+            single_user=not self.services.tokens.enabled,
+            allowed_origins=self.settings_.allowed_origins,
+            navigation_ok=self.navigation_ok and self.request.method in ("GET", "HEAD"),
+        )
 
     def data_received(self, chunk: bytes) -> None:
         if len(self._body) + len(chunk) > self.limit:
@@ -113,20 +123,21 @@ class BaseHandler(tornado.web.RequestHandler):
         return self.principal
 
     def json_body(self) -> Any:
-        content_type = self.request.headers.get("Content-Type", "application/json")
+        """The body as JSON. Only JSON media types are read: `application/json` and
+        `application/<x>+json` (e.g. `application/x-ipynb+json`). A web page can send a
+        form's types (`application/x-www-form-urlencoded`, `multipart/form-data`,
+        `text/plain`) or none to any site without asking, never these."""
+        content_type = self.request.headers.get("Content-Type", "")
         media = content_type.split(";")[0].strip().lower()
-        # curl -d sends application/x-www-form-urlencoded unless told otherwise: accept it
-        # as JSON, like the tools we replace do; anything else is refused.
-        lenient = ("application/json", "", "application/x-www-form-urlencoded", "text/json")
-        if media not in lenient and not media.endswith("+json"):
-            raise UnsupportedMediaType(f"Send JSON (application/json), not {media}.")
+        if not is_json_media_type(media):
+            shown = media or "no Content-Type"
+            raise UnsupportedMediaType(
+                f"Send JSON with `Content-Type: application/json`, not {shown}."
+            )
         body = self.body
         if not body.strip():
             raise InvalidRequest("The request body is empty; send a JSON object.")
-        try:
-            return json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from exc
+        return parse_json(body, self.settings_.max_json_depth)
 
     # --- response ---------------------------------------------------------------------
 
@@ -135,9 +146,33 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
 
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> Future[None]:
+        """Finish the answer; a client that has not taken all of it `write_timeout` seconds
+        later loses its connection (else it could hold the answer in memory forever)."""
+        written = super().finish(chunk)
+        if not written.done():
+            loop = IOLoop.current()
+            timer = loop.call_later(self.settings_.write_timeout, self._drop_unread, written)
+            written.add_done_callback(lambda _: loop.remove_timeout(timer))
+        return written
+
+    def _drop_unread(self, written: Future[None]) -> None:
+        if written.done():
+            return
+        log.info(
+            "closing the connection of %s: the answer to %s %s was not taken in %g s",
+            self.request.remote_ip,
+            self.request.method,
+            self.request.path,
+            self.settings_.write_timeout,
+        )
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.close()
+
     def send_json(self, payload: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(json.dumps(payload, ensure_ascii=False))
+        self.finish(dumps_utf8(payload))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -172,6 +207,12 @@ class BaseHandler(tornado.web.RequestHandler):
                 log.warning("%s %s: %s", self.request.method, self.request.path, value.message)
             return
         super().log_exception(typ, value, tb)
+
+
+def is_json_media_type(media: str) -> bool:
+    """`application/json` or a structured `application/<x>+json` type."""
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 class NotFoundHandler(BaseHandler):

@@ -7,9 +7,11 @@ what waits is in this queue, and the queue is bounded.
 - `offer(...)` is for droppable messages (live `output` events): it refuses them once
   `drop_bytes` or `drop_messages` is reached, and the caller counts what was dropped.
 - `put(...)` is for messages that must arrive (`accepted`, `done`, `error`, notices); they
-  are always queued. What bounds them is the reader side: `wait_for_room()` holds back the
-  next incoming message while more than `hold_bytes` wait, so a client that does not read
-  cannot make the gateway queue answers without end.
+  are always queued. What bounds them is that they wait for room before they are made:
+  `wait_for_room()` holds back the next incoming message (and with it its answers) and
+  each `done` event (`StreamHandler._watch`, one at a time, each cut to `max_event_bytes`)
+  while more than `hold_bytes` wait, so a client that does not read cannot make the
+  gateway queue answers without end.
 """
 
 from __future__ import annotations

@@ -73,7 +73,10 @@ class _PageFileHandler(BaseHandler):
 
 
 class PageHandler(_PageFileHandler):
-    """`GET /`: the page, told whether this gateway wants a token."""
+    """`GET /`: the page, told whether this gateway wants a token. A link from another
+    site may open it (a cross-site navigation); the page runs nothing by itself."""
+
+    navigation_ok = True
 
     async def get(self) -> None:
         html = (await self.send_file("index.html")).decode("utf-8")

@@ -8,7 +8,8 @@ slow client made the gateway skip live outputs), then `done` with the full run r
 
 Auth happens on the handshake: `?token=` (browsers cannot set headers on a WebSocket) or
 an `Authorization: Bearer` header. A browser's `Origin` must be this gateway's own or one
-of `settings.allowed_origins`. Every refusal is the API's JSON error shape.
+of `settings.allowed_origins` (`gateway.handlers.origin`). Every refusal is the API's JSON
+error shape.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from typing import Any, ClassVar
 import tornado.web
 import tornado.websocket
 
-from gateway.auth import Principal, is_loopback_host
-from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthorized
+from gateway.auth import Principal
+from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest, Unauthorized
 from gateway.handlers.base import Services
+from gateway.handlers.origin import origin_allowed, refuse_foreign
 from gateway.handlers.outbox import Outbox
+from gateway.jsoncodec import dumps_utf8, parse_json
+from gateway.runs.bounds import bound_json
 from gateway.runs.service import ActiveRun
 from gateway.runs.validation import parse_run_request
 from gateway.uploads.attach import check_archive
@@ -56,9 +60,7 @@ class _Run:
 
 
 def _encode(event: dict[str, Any]) -> bytes:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
+    return dumps_utf8(event, compact=True)
 
 
 def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) -> dict[str, Any]:
@@ -81,6 +83,7 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         self._runs: dict[str, _Run] = {}  # by run id
         self._refs: dict[str | int, _Run] = {}  # unfinished runs by ref
         self._connected = False
+        self._done_lock = asyncio.Lock()  # `done` events are queued one at a time
         self.outbox = Outbox(
             self._send,
             drop_bytes=OUTPUT_QUEUE_BYTES,
@@ -111,9 +114,11 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
     def prepare(self) -> None:
         token = self.get_query_argument("token", None)
         self._redact_token()
-        origin = self.request.headers.get("Origin")
-        if origin is not None and not self.check_origin(origin):
-            raise Forbidden(f"WebSocket connections from {origin} are not allowed.")
+        refuse_foreign(
+            self.request,
+            single_user=not self.services.tokens.enabled,
+            allowed_origins=self.settings_.allowed_origins,
+        )
         header = self.request.headers.get("Authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer":
@@ -123,6 +128,21 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             raise Unauthorized(
                 "A valid token is required: `?token=<token>` on the handshake, "
                 "or an `Authorization: Bearer <token>` header."
+            )
+        # Counted here and added in `open`: nothing in between yields to the event loop,
+        # so two handshakes of one user cannot both pass the check.
+        mine = len(
+            [
+                stream
+                for stream in self.services.open_streams
+                if isinstance(stream, StreamHandler) and stream.user.user == self.principal.user
+            ]
+        )
+        if mine >= self.settings_.max_streams_per_user:
+            raise CapacityExceeded(
+                f"You already have {mine} WebSocket connections open; the limit is "
+                f"{self.settings_.max_streams_per_user}.",
+                retry_after=5,
             )
 
     def _redact_token(self) -> None:
@@ -137,19 +157,10 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         self.request.uri = self.request.path + ("?" + query if query else "")
 
     def check_origin(self, origin: str) -> bool:
-        """Same origin (Origin's host:port is the Host header), or an allowed origin.
-
-        Without tokens (single-user, loopback only) a browser must also have reached the
-        gateway by a loopback name, so that a DNS-rebound site cannot pass as same-origin.
-        """
-        normal = origin.strip().rstrip("/").lower()
-        allowed = {o.strip().rstrip("/").lower() for o in self.settings_.allowed_origins}
-        if "*" in allowed or normal in allowed:
-            return True
-        host = self.request.headers.get("Host", "").lower()
-        if urllib.parse.urlsplit(normal).netloc != host:
-            return False
-        return self.services.tokens.enabled or is_loopback_host(host)
+        """`prepare` already refused foreign origins (`gateway.handlers.origin`)."""
+        return origin_allowed(
+            origin, self.request.headers.get("Host", ""), self.settings_.allowed_origins
+        )
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -157,6 +168,8 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             self.set_status(exc.status)
             if exc.status == 401:
                 self.set_header("WWW-Authenticate", 'Bearer realm="gateway"')
+            if exc.retry_after is not None:
+                self.set_header("Retry-After", str(int(exc.retry_after + 0.999)))
             self.finish(json.dumps(exc.to_json()))
             return
         message = self._reason if status_code < 500 else "The gateway failed; it was logged."
@@ -214,14 +227,12 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         try:
             if isinstance(message, bytes):
                 raise InvalidRequest("Send JSON messages as text frames, not binary ones.")
-            try:
-                data = json.loads(message)
-            except json.JSONDecodeError as exc:
-                raise InvalidRequest(f"The message is not valid JSON: {exc}.") from exc
+            data = parse_json(message, self.settings_.max_json_depth, "The message")
             if not isinstance(data, dict):
                 raise InvalidRequest("A message must be a JSON object with a `type`.")
             ref = data.get("ref")
-            run_id = data["id"] if isinstance(data.get("id"), str) else None
+            given_id = data.get("id")
+            run_id = given_id if isinstance(given_id, str) and _valid_ref(given_id) else None
             kind = data.get("type")
             if kind == "run":
                 await self._start_run(data)
@@ -269,16 +280,30 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             self._keep(asyncio.create_task(self._cancel_run(run.id)))
 
     async def _watch(self, run: _Run, active: ActiveRun) -> None:
-        """Send the `done` event when the run has its final record."""
+        """Send the `done` event when the run has its final record.
+
+        `done` events must arrive, so they are never dropped; what bounds them is that each
+        is at most `max_event_bytes` (a larger record is cut, the whole one is at GET
+        /v1/runs/{id}) and that they are queued one at a time, only while less than the
+        outbox's `hold_bytes` waits: a client that reads nothing holds them back here."""
         assert active.task is not None
         record = active.record
         with contextlib.suppress(asyncio.CancelledError):
             record = await asyncio.shield(active.task)
+        limit = self.settings_.max_event_bytes
+        data = bound_json(
+            record.to_json(),
+            limit - 1024,  # room for the event around the record
+            f"This `done` event was over its limit of {limit} bytes: its largest parts were "
+            f"cut. The whole record is at GET /v1/runs/{run.id}.",
+        )
         self._runs.pop(run.id, None)
         if run.ref is not None:
             self._refs.pop(run.ref, None)
-        self._flush_drop_notice(run)
-        self._emit({"type": "done", "ref": run.ref, "id": run.id, "run": record.to_json()})
+        async with self._done_lock:
+            await self.outbox.wait_for_room()
+            self._flush_drop_notice(run)
+            self._emit({"type": "done", "ref": run.ref, "id": run.id, "run": data})
 
     async def _cancel(self, data: dict[str, Any]) -> None:
         run_id = data.get("id")
@@ -314,7 +339,8 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             if update:
                 event["update"] = True
         self._flush_drop_notice(run)
-        if not self.outbox.offer(_encode(event)):
+        data = _encode(event)
+        if len(data) > self.settings_.max_event_bytes or not self.outbox.offer(data):
             run.dropped += 1
 
     def _flush_drop_notice(self, run: _Run) -> None:

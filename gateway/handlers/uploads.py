@@ -26,6 +26,7 @@ class UploadsHandler(BaseHandler):
 
     def prepare(self) -> None:
         if not self.settings_.allow_uploads:
+            self.refuse_foreign()
             self.principal = self.authenticate()
             raise Forbidden(
                 "Archive uploads are disabled on this gateway (the operator enables them with "

@@ -38,15 +38,28 @@ the admin `local`), listens on loopback only, and answers only requests whose `H
 loopback name (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`); any other `Host` is 403
 `forbidden`, so that a DNS-rebound web page cannot run code as the local user.
 
-**Request bodies.** JSON endpoints read the body as JSON when the Content-Type is
-`application/json`, `text/json`, any `+json` type, missing, or
-`application/x-www-form-urlencoded` (what `curl -d` sends); any other media type is 415
-`unsupported_media_type`. An empty body or invalid JSON is 400 `invalid_request`. Unknown
-fields are 400 `invalid_request` with `field` naming the first one (the seed-compatible tool
-endpoints follow their manuals). A body over the operator's limit (default 48 MiB) is 413.
+**Cross-site requests.** A request whose `Origin` is neither the gateway's own (same host
+and port as `Host`) nor one of the operator's `allowed_origins`, or one without `Origin`
+that says `Sec-Fetch-Site: cross-site`, is 403 `forbidden` on every endpoint, the WebSocket
+included: a web page must not be able to make a developer's browser run code on their
+gateway. The one exception is a top-level navigation to the page (`GET /` with
+`Sec-Fetch-Mode: navigate`), so that a link still opens it. Clients that send neither header
+(curl, SDKs, this document's examples) are not affected.
+
+**Request bodies.** JSON endpoints read the body only when its Content-Type is
+`application/json` or an `application/<x>+json` type (e.g. `application/x-ipynb+json`);
+any other media type, or none, is 415 `unsupported_media_type`. (The gateway once also read
+`application/x-www-form-urlencoded` and missing types, for `curl -d`; no more: those are the
+types any web page may send to any address without a CORS preflight. Send
+`-H 'Content-Type: application/json'`.) An empty body, invalid JSON, `NaN`/`Infinity`, a
+string with a lone surrogate (`"\\ud800"`) or JSON nested more than `max_json_depth`
+(default 64) levels deep is 400 `invalid_request`. Unknown fields are 400 `invalid_request`
+with `field` naming the first one (the seed-compatible tool endpoints follow their manuals).
+A body over the operator's limit (default 48 MiB) is 413.
 
 **Errors** are never HTML and never a stack trace: `{"error": {"code", "message", "field"?}}`
-(schema `Error`; the codes by status are in its `x-error-codes`). A method an address does
+(schema `Error`; the codes by status are in its `x-error-codes`). A message quotes at most
+2,000 characters of what was sent, a `field` at most 200. A method an address does
 not serve is 405 `method_not_allowed` with an `Allow` header; an unknown address is 404
 `not_found`. User code that fails is **not** an HTTP error: it is a 200 run record with
 `status: "failed"`.
@@ -68,8 +81,15 @@ or past a user's `max_runs_per_user` runs in progress, or while draining, the an
 **Output caps.** `stdout`, `stderr` and `output` are each kept up to the operator's cap
 (default 1 MiB): the first and last halves are kept and `[... N bytes truncated ...]` marks
 the cut; the `outputs` list has the same cut. Rich outputs (images, HTML) are kept up to 16
-MiB per run; output far past the caps (64 MiB) kills the run (`output_limit`). WebSocket live
-output stops at the cap; the final record has the kept head and tail.
+MiB per run, display updates included (an update that would pass the cap is not applied);
+output far past the caps (64 MiB, display updates and errors included) kills the run
+(`output_limit`). An uncaught error's value and traceback are each cut to 256 KiB as they
+arrive; `result` is returned only up to 4 MiB of JSON; an output or `result` nested more than
+`max_json_depth` levels deep is left out. Whatever the parts add up to, a run record is at
+most `max_record_bytes` (default 64 MiB): past it the largest parts are cut first (an output
+becomes a short stand-in of the same type, a chart is left out, a returned file becomes an
+error entry, `result` null) and a note says so. WebSocket live output stops at the cap; the
+final record has the kept head and tail.
 """
 
 

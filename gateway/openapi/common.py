@@ -34,9 +34,10 @@ def json_request(schema: Schema, description: str) -> Schema:
 
 
 JSON_BODIES = (
-    "The body is read as JSON when its Content-Type is `application/json`, `text/json`, any "
-    "`+json` type, missing, or `application/x-www-form-urlencoded` (what `curl -d` sends "
-    "unless told otherwise); any other media type is 415 unsupported_media_type."
+    "The body is read as JSON only when its Content-Type is `application/json` or an "
+    "`application/<x>+json` type; any other media type, or none (`curl -d` without "
+    "`-H 'Content-Type: application/json'`), is 415 unsupported_media_type. JSON nested more "
+    "than `max_json_depth` (default 64) levels deep is 400 invalid_request."
 )
 
 
@@ -54,13 +55,14 @@ ERROR_CODES: dict[int, list[str]] = {
     415: ["unsupported_media_type"],
     429: ["capacity"],
     500: ["internal"],
-    503: ["sandbox_unavailable"],
+    503: ["sandbox_unavailable", "capacity"],
 }
 
 _ERROR_TEXT: dict[int, tuple[str, str]] = {
     400: (
         "BadRequest",
-        "The request is invalid. `invalid_request`: malformed JSON, a field of the wrong type, "
+        "The request is invalid. `invalid_request`: malformed JSON (or nested too deep), a "
+        "field of the wrong type, "
         "an unknown field (`field` names the first one), a missing `code`; "
         "`unsupported_language`: the message lists the supported ones; `invalid_path`: a path "
         "that is absolute, contains `..` or NUL, or names a file that is also a folder; "
@@ -76,8 +78,10 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "Forbidden",
         "Refused by the operator's configuration: `forbidden` (e.g. `network: true` when "
         "network is not enabled, `working_dir` when workspaces are not enabled or outside "
-        "what an admin may name, a non-loopback `Host` in single-user mode) or "
-        "`archive_mode_disabled` (uploads and `archive` are off).",
+        "what an admin may name, a non-loopback `Host` in single-user mode, a cross-site "
+        "request: an `Origin` that is not the gateway's own or an allowed one, or "
+        "`Sec-Fetch-Site: cross-site`) or `archive_mode_disabled` (uploads and `archive` are "
+        "off).",
     ),
     404: ("NotFound", "`not_found`: no such run (or not yours), or nothing at this address."),
     413: (
@@ -88,9 +92,10 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
     ),
     415: (
         "UnsupportedMediaType",
-        "`unsupported_media_type`: the body is not JSON. `application/json`, `text/json`, any "
-        "`+json` type, no Content-Type and `application/x-www-form-urlencoded` (what `curl -d` "
-        "sends) are all read as JSON; anything else is refused.",
+        "`unsupported_media_type`: the body is not sent as JSON. Only `application/json` and "
+        "`application/<x>+json` types are read as JSON; a form's types "
+        "(`application/x-www-form-urlencoded`, `multipart/form-data`, `text/plain`) and no "
+        "Content-Type at all are refused, because any web page can send those to any site.",
     ),
     429: (
         "Capacity",
@@ -106,7 +111,9 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "SandboxUnavailable",
         "`sandbox_unavailable`: no kernel or sandbox could be started for this run (e.g. the "
         "container engine failed, or the kernel was not ready within `kernel_start_timeout`). "
-        "Not the caller's fault; retrying later may work.",
+        "Not the caller's fault; retrying later may work. `capacity`: the gateway has "
+        "`max_connections` connections open; this one was answered at once and closed "
+        "(with `Retry-After`).",
     ),
 }
 
@@ -493,10 +500,22 @@ RECORD_SCHEMAS: dict[str, Schema] = {
                     "Python: the value of the global `result`, else of `output`, after the "
                     "run, when it is JSON-serialisable (numpy values and arrays, pandas "
                     "objects are converted with `tolist()`/`to_dict()`); else null and a "
-                    "note. Null for bash and for runs that did not finish."
+                    "note. Also null with a note when its JSON is larger than "
+                    "`result_cap_bytes` (default 4 MiB) or nested more than `max_json_depth` "
+                    "levels deep. Null for bash and for runs that did not finish."
                 ),
             },
-            "error": nullable(ref("RunError")),
+            "error": nullable(
+                {
+                    **ref("RunError"),
+                    "description": (
+                        "The uncaught error. Its `evalue` and its `traceback` (in all) are "
+                        "each cut to `error_cap_bytes` (default 256 KiB) as they arrive, "
+                        "head and tail kept, and its `ename` to 1 KiB; the error output in "
+                        "`outputs` is the same cut error."
+                    ),
+                }
+            ),
             "charts": {"type": "array", "items": ref("Chart")},
             "files": {"type": "array", "items": ref("ReturnedFile")},
             "timed_out": {"type": "boolean"},
@@ -509,7 +528,10 @@ RECORD_SCHEMAS: dict[str, Schema] = {
             "notes": {
                 "type": "array",
                 "items": {"type": "string"},
-                "description": "sentences about anything clamped, truncated or not returned",
+                "description": (
+                    "sentences about anything clamped, truncated or not returned; each at "
+                    "most 1000 characters, at most 100 of them"
+                ),
             },
         },
     },

@@ -169,8 +169,11 @@ PATHS: dict[str, Schema] = {
             "summary": "A run's record",
             "description": (
                 "`status` is `queued` or `running` while a background run is in progress. "
-                "Records are kept for the operator's TTL (default 7 days). Another user's "
-                "run is 404 (admins see every run)."
+                "Records are kept for the operator's TTL (default 7 days), and each user "
+                "keeps at most `max_records_per_user` (default 1000) records of at most "
+                "`max_record_store_bytes_per_user` (default 1 GiB) in all: past that, the "
+                "user's oldest finished records are deleted (404 from then on); records of "
+                "runs in progress never are. Another user's run is 404 (admins see every run)."
             ),
             "responses": {
                 "200": json_body(ref("RunRecord"), "The run record."),

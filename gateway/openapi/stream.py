@@ -123,8 +123,11 @@ PATHS: dict[str, Schema] = {
                 "`Authorization: Bearer <token>` or, because browsers cannot set headers, "
                 "with `?token=` (the only place a token is accepted in a URL; it is kept out "
                 "of the access log). A browser's Origin must be the gateway's own or one the "
-                "operator allowed (`allowed_origins`), else 403; without tokens the page "
-                "must also have been reached by a loopback name.\n\n"
+                "operator allowed (`allowed_origins`; `*` only with tokens), and "
+                "`Sec-Fetch-Site: cross-site` without an allowed Origin is refused, else "
+                "403; without tokens the page "
+                "must also have been reached by a loopback name. A message nested more than "
+                "`max_json_depth` levels deep gets an `invalid_request` error.\n\n"
                 "One connection carries many runs. Every message is one JSON text frame "
                 '(binary frames are refused). The client sends `{"type": "run", "ref": '
                 '"<client id>", ...the fields of POST /v1/runs}`; the gateway answers, in '
@@ -135,9 +138,16 @@ PATHS: dict[str, Schema] = {
                 '`{"type": "cancel", "id"}`. A malformed or refused message gets `{"type": '
                 '"error", "ref", "error": {code, message, field?}}` and the connection stays '
                 "open. Output is rate- and size-capped exactly as in the run record; a client "
-                "that reads too slowly gets `output_dropped` instead of some live outputs. "
-                "Closing the connection cancels its runs still in progress. The message "
-                "schemas are listed in `x-websocket-messages`."
+                "that reads too slowly gets `output_dropped` instead of some live outputs, "
+                "and so does one whose output event would be larger than `max_event_bytes` "
+                "(default 16 MiB). A `done` event is never dropped, but its record is cut to "
+                "`max_event_bytes` like a record to `max_record_bytes` (a note says so; the "
+                "whole record is at GET /v1/runs/{id}), and it waits while the client has "
+                "not read what was sent before. A client that does not answer the gateway's "
+                "pings (every 30 s) within 30 s is disconnected. Each user may keep "
+                "`max_streams_per_user` (default 8) connections open; one more is 429 "
+                "capacity with `Retry-After`. Closing the connection cancels its runs still "
+                "in progress. The message schemas are listed in `x-websocket-messages`."
             ),
             "security": [{"bearer": []}, {"queryToken": []}],
             "parameters": [
@@ -151,7 +161,7 @@ PATHS: dict[str, Schema] = {
             ],
             "responses": {
                 "101": {"description": "Switching to the WebSocket protocol."},
-                **errors(400, 401, 403),
+                **errors(400, 401, 403, 429),
             },
             "x-websocket-messages": {
                 "client": [ref("StreamRunMessage"), ref("StreamCancelMessage")],

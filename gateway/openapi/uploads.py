@@ -66,7 +66,12 @@ PATHS: dict[str, Schema] = {
                 + "; 400 "
                 + ", ".join(UPLOAD_ERROR_CODES[400])
                 + " (a malformed multipart body or not exactly one file). Uploads belong to "
-                "the caller."
+                "the caller and are kept for `upload_ttl` (default 24 h); each user keeps at "
+                "most `max_uploads_per_user` (default 100) of at most "
+                "`max_upload_store_bytes_per_user` (default 512 MiB) stored bytes in all: a "
+                "new upload deletes the caller's oldest past that (a run naming a deleted "
+                "upload is 404, as for an expired one). Browsers: the cross-site rules of "
+                "every endpoint apply (a form on another site cannot upload)."
             ),
             "requestBody": {
                 "required": True,

@@ -5,7 +5,6 @@ shutdown."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -20,10 +19,11 @@ from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
 from gateway.models.common import new_run_id
+from gateway.runs.bounds import bound_record
 from gateway.runs.models import RunRecord, RunRequest
 from gateway.runs.notebook import store_notebook
 from gateway.runs.notebook_request import NotebookRequest
-from gateway.runs.store import RecordStore
+from gateway.runs.store import RecordQuota, RecordStore
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
 from gateway.uploads.attach import archive_files
@@ -218,11 +218,28 @@ class RunService:
             record.status = "failed"
             record.notes.append("The gateway failed while running this; the error was logged.")
         finally:
+            try:
+                bound_record(record, self.settings.max_record_bytes)
+            except Exception:
+                log.exception("run %s: its record could not be bounded", record.id)
             self.active.pop(record.id, None)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.put(record))
+            await self._keep(record)
         return record
+
+    async def _keep(self, record: RunRecord) -> None:
+        """Store a final record within its owner's quota (their oldest records make room)."""
+        quota = RecordQuota(
+            records=self.settings.max_records_per_user,
+            bytes=self.settings.max_record_store_bytes_per_user,
+        )
+        try:
+            evicted = await asyncio.shield(self.store.put(record, quota))
+        except Exception:
+            log.exception("run %s: its record could not be stored", record.id)
+            return
+        if evicted:
+            log.info("user %r: %d oldest run record(s) deleted (quota)", record.user, evicted)
 
     async def _acquire_slot(self, cancel: asyncio.Event) -> bool:
         """Wait for a run slot; False (and no slot held) when cancelled while waiting."""

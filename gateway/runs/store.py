@@ -2,12 +2,19 @@
 
 sqlite3 is synchronous: every call runs on one dedicated thread, which also serialises
 access to the single connection.
+
+Records are kept for `record_ttl`, and each user may keep at most a `RecordQuota` of them
+(a count and a total size). When a finished record would pass it, the user's **oldest
+finished records are deleted** to make room; records of runs still queued or running are
+never deleted. Refusing new runs instead would let a user's own past flood lock them out
+for the whole TTL, and nobody else's records are touched either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import sqlite3
 import time
@@ -27,6 +34,17 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_created ON runs (created);
 CREATE INDEX IF NOT EXISTS runs_status ON runs (status);
 """
+# Added later: the stored size of each record, for the per-user quota.
+_SIZE_COLUMN = "ALTER TABLE runs ADD COLUMN size INTEGER NOT NULL DEFAULT 0"
+_SIZE_INDEX = "CREATE INDEX IF NOT EXISTS runs_user_created ON runs (user, created)"
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordQuota:
+    """What one user may keep: at most `records` records of at most `bytes` in all."""
+
+    records: int
+    bytes: int
 
 
 class RecordStore:
@@ -47,6 +65,11 @@ class RecordStore:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+        if "size" not in columns:  # a data dir of an older gateway
+            db.execute(_SIZE_COLUMN)
+            db.execute("UPDATE runs SET size = length(record)")
+        db.execute(_SIZE_INDEX)
         self._db = db
 
     async def close(self) -> None:
@@ -63,16 +86,55 @@ class RecordStore:
             raise RuntimeError("the record store is not open")
         return self._db
 
-    async def put(self, record: RunRecord) -> None:
+    async def put(self, record: RunRecord, quota: RecordQuota | None = None) -> int:
+        """Store the record; with a quota, delete the owner's oldest finished records while
+        they keep more than it allows. Returns how many were deleted."""
         payload = json.dumps(record.to_storage(), separators=(",", ":"))
-        await self._call(self._put, record.id, record.user, record.status, payload)
-
-    def _put(self, run_id: str, user: str, status: str, payload: str) -> None:
-        self._conn().execute(
-            "INSERT INTO runs (id, user, status, created, record) VALUES (?, ?, ?, ?, ?) "
-            "ON CONFLICT(id) DO UPDATE SET status = excluded.status, record = excluded.record",
-            (run_id, user, status, time.time(), payload),
+        evicted: int = await self._call(
+            self._put, record.id, record.user, record.status, payload, quota
         )
+        return evicted
+
+    def _put(
+        self,
+        run_id: str,
+        user: str,
+        status: str,
+        payload: str,
+        quota: RecordQuota | None = None,
+    ) -> int:
+        self._conn().execute(
+            "INSERT INTO runs (id, user, status, created, record, size) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
+            "record = excluded.record, size = excluded.size",
+            (run_id, user, status, time.time(), payload, len(payload)),
+        )
+        if quota is None:
+            return 0
+        return self._enforce(user, run_id, quota)
+
+    def _enforce(self, user: str, keep: str, quota: RecordQuota) -> int:
+        """Delete `user`'s oldest finished records (never `keep`) until within `quota`."""
+        db = self._conn()
+        count, total = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs WHERE user = ?", (user,)
+        ).fetchone()
+        if count <= quota.records and total <= quota.bytes:
+            return 0
+        oldest = db.execute(
+            "SELECT id, size FROM runs WHERE user = ? AND id != ? "
+            "AND status NOT IN ('queued', 'running') ORDER BY created, rowid",
+            (user, keep),
+        )
+        doomed: list[tuple[str]] = []
+        for run_id, size in oldest:
+            if count <= quota.records and total <= quota.bytes:
+                break
+            doomed.append((run_id,))
+            count -= 1
+            total -= size
+        db.executemany("DELETE FROM runs WHERE id = ?", doomed)
+        return len(doomed)
 
     async def get(self, run_id: str) -> RunRecord | None:
         row = await self._call(self._get, run_id)

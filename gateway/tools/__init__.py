@@ -18,11 +18,11 @@ from typing import Any
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.runs.models import RunRecord
+from gateway.terminal import strip_colors
 
 # A process ended by SIGKILL (memory, process or output limit) exits with 128 + 9.
 KILLED_EXIT_CODE = 137
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FIELD_HEAD = re.compile(r"[A-Za-z_]+")
 _LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
@@ -86,10 +86,6 @@ def timeout_in_range(
     return float(value)
 
 
-def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
-
-
 def traceback_text(output: Mapping[str, Any]) -> str:
     """An nbformat `error` output as the plain text a script would write to stderr.
 
@@ -100,7 +96,7 @@ def traceback_text(output: Mapping[str, Any]) -> str:
         if value in ("", "None") or re.fullmatch(r"[+-]?\d+", value):
             return ""
         return value + "\n"
-    lines = [strip_ansi(str(line)) for line in output.get("traceback") or []]
+    lines = [strip_colors(str(line)) for line in output.get("traceback") or []]
     text = "\n".join(lines)
     if not text:
         return ""

@@ -5,7 +5,8 @@ An upload is two files: `<id>.archive` (the bytes as received, kept only after t
 every check of `archives.read_archive`) and `<id>.json` (owner, time, entries, bytes),
 written in that order, each atomically. A run that names the upload unpacks it again, with
 the same checks against the limits of that moment. All file work happens in a thread;
-expired uploads are swept whenever an upload is created or looked up.
+expired uploads are swept whenever an upload is created or looked up. Each user keeps at
+most an `UploadQuota` of uploads: a new one deletes their oldest past it (`quota`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from typing import Any
 from gateway.errors import NotFound
 from gateway.settings import Settings
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
+from gateway.uploads.quota import Kept, UploadLedger, UploadQuota
 
 UPLOAD_ID = re.compile(r"upl_[0-9a-f]{32}")
 
@@ -40,6 +43,7 @@ class Upload:
     created: float  # seconds since the epoch
     entries: int
     unpacked_bytes: int
+    bytes: int = 0  # the archive as stored (0: written by an older gateway)
 
     def to_json(self) -> dict[str, Any]:
         """The answer of `POST /v1/uploads`."""
@@ -52,6 +56,11 @@ class UploadStore:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.root = settings.data_dir / "uploads"
+        self.quota = UploadQuota(
+            uploads=settings.max_uploads_per_user, bytes=settings.max_upload_store_bytes_per_user
+        )
+        self._ledger = UploadLedger(self.root, self._archive)
+        self._lock = threading.Lock()  # creating (and deleting to make room) one at a time
 
     @property
     def limits(self) -> ArchiveLimits:
@@ -75,18 +84,30 @@ class UploadStore:
 
     def _create(self, data: bytes, user: str) -> Upload:
         unpacked = read_archive(io.BytesIO(data), self.limits)
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._sweep()
-        upload = Upload(
-            id=new_upload_id(),
-            user=user,
-            created=time.time(),
-            entries=unpacked.entries,
-            unpacked_bytes=unpacked.unpacked_bytes,
-        )
-        _write_atomically(self._archive(upload.id), data)
-        _write_atomically(self._meta(upload.id), json.dumps(dataclasses.asdict(upload)).encode())
+        with self._lock:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._sweep()
+            for old in self._ledger.make_room(user, len(data), self.quota, self._alive):
+                self._delete(old.id)
+            upload = Upload(
+                id=new_upload_id(),
+                user=user,
+                created=time.time(),
+                entries=unpacked.entries,
+                unpacked_bytes=unpacked.unpacked_bytes,
+                bytes=len(data),
+            )
+            _write_atomically(self._archive(upload.id), data)
+            meta = json.dumps(dataclasses.asdict(upload)).encode()
+            _write_atomically(self._meta(upload.id), meta)
+            self._ledger.add(user, Kept(upload.id, upload.created, len(data)))
         return upload
+
+    def _delete(self, upload_id: str) -> None:
+        """Delete an upload: its metadata first, so that it is not found half-deleted."""
+        for path in (self._meta(upload_id), self._archive(upload_id)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
     def _unpack(self, upload_id: str, user: str) -> Unpacked:
         self._find(upload_id, user)
@@ -108,6 +129,7 @@ class UploadStore:
                 created=float(meta["created"]),
                 entries=int(meta["entries"]),
                 unpacked_bytes=int(meta["unpacked_bytes"]),
+                bytes=int(meta.get("bytes", 0)),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise _missing(upload_id) from exc
@@ -127,6 +149,9 @@ class UploadStore:
                     entry.stat(follow_symlinks=False).st_mtime
                 ):
                     os.unlink(entry.path)
+
+    def _alive(self, kept: Kept) -> bool:
+        return not self._expired(kept.created)
 
     def _expired(self, created: float) -> bool:
         return time.time() - created > self.settings.upload_ttl
