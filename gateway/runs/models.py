@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from gateway.sandbox.workspace import WorkspaceRef
 
-Language = Literal["python", "bash"]
-LANGUAGES: tuple[Language, ...] = ("python", "bash")
+Language = Literal["python", "bash", "javascript", "typescript"]
+LANGUAGES: tuple[Language, ...] = ("python", "bash", "javascript", "typescript")
 
 Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "killed", "cancelled"]
 FINAL_STATUSES: frozenset[str] = frozenset(
@@ -60,15 +60,9 @@ class RunRequest:
         """The cell that runs: the code, or the command that runs the entrypoint."""
         if self.entrypoint is None:
             return self.code or ""
-        if self.language == "python":
-            return f"%run -i {_shell_quote(self.entrypoint)}"
-        return f"bash {_shell_quote(self.entrypoint)}"
+        from gateway.runs.languages import entrypoint_source
 
-
-def _shell_quote(path: str) -> str:
-    import shlex
-
-    return shlex.quote(path)
+        return entrypoint_source(self.language, self.entrypoint)
 
 
 @dataclasses.dataclass
