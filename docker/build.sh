@@ -12,7 +12,9 @@
 #      tini, git — bash runs get git, as code_run's manual promises) from the
 #      mirror configured in this machine's apt sources and `docker import` it.
 #   3. wheelhouse: `pip download` of docker/requirements.txt (cp311, manylinux
-#      x86_64 wheels only), cached in $GATEWAY_BUILD_CACHE/wheelhouse-<hash>.
+#      x86_64 wheels only; each manylinux tag is named: pip does not take a
+#      manylinux_2_27 wheel such as deno's for manylinux_2_28), cached in
+#      $GATEWAY_BUILD_CACHE/wheelhouse-<hash>.
 #   4. `docker build --network none` of a temp build context.
 #   The result is also tagged gateway-kernel:latest.
 #
@@ -247,6 +249,7 @@ ensure_wheelhouse() {
                 --python-version 3.11 \
                 --platform manylinux2014_x86_64 \
                 --platform manylinux_2_28_x86_64 \
+                --platform manylinux_2_27_x86_64 \
                 --platform manylinux_2_17_x86_64 \
                 -d "$tmp" >&2; then
             rm -rf "$tmp"
