@@ -2,7 +2,8 @@
 
 Measures, side by side in one process (median and percentiles of N runs each):
   - POST /v1/runs `print(1)` and a matplotlib chart, on the local and Docker backends;
-  - sandbox creation to kernel ready (`open_session`), per backend;
+  - POST /v1/runs `console.log(1)` in JavaScript (Deno's kernel behind kernels/deno/relay.py);
+  - sandbox creation to kernel ready (`open_session`), per backend, for Python and Deno;
   - the peer: jupyter_client's stock KernelManager (start, wait_for_ready, execute
     `print(1)`, shutdown) for the same local ipykernel, the path DESIGN.md decision 2 avoids.
 Ratios are against the local backend's `print(1)`. Results also go to bench/results/.
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gateway.execution.session import limits_from, open_session  # noqa: E402
+from gateway.models.common import Language  # noqa: E402
 from gateway.sandbox.base import SandboxSpec  # noqa: E402
 from tests.support import GatewayThread  # noqa: E402
 
@@ -45,23 +47,25 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def time_runs(server: GatewayThread, code: str, runs: int) -> list[float]:
+def time_runs(
+    server: GatewayThread, code: str, runs: int, language: Language = "python"
+) -> list[float]:
     client = server.client()
     samples = []
     for _ in range(runs):
         started = time.perf_counter()
-        record = client.run(code=code)
+        record = client.run(code=code, language=language)
         samples.append(time.perf_counter() - started)
         assert record["status"] == "succeeded", record
     return samples
 
 
-def time_ready(server: GatewayThread, runs: int) -> list[float]:
+def time_ready(server: GatewayThread, runs: int, language: Language = "python") -> list[float]:
     services = server.gateway.services
     assert services is not None
 
     async def once(i: int) -> float:
-        spec = SandboxSpec(f"run_bench{i:04d}", "python", limits_from(server.settings))
+        spec = SandboxSpec(f"run_bench{i:04d}", language, limits_from(server.settings))
         started = time.perf_counter()
         async with open_session(services.backend, spec, server.settings, server.gateway.context):
             return time.perf_counter() - started
@@ -101,6 +105,13 @@ def main() -> int:
             results[f"{backend} print(1)"] = percentiles(time_runs(server, "print(1)", args.runs))
             results[f"{backend} chart"] = percentiles(time_runs(server, CHART, args.runs))
             results[f"{backend} start-to-ready"] = percentiles(time_ready(server, args.runs))
+            server.client().run(code="console.log(0)", language="javascript")
+            results[f"{backend} javascript console.log(1)"] = percentiles(
+                time_runs(server, "console.log(1)", args.runs, "javascript")
+            )
+            results[f"{backend} deno start-to-ready"] = percentiles(
+                time_ready(server, args.runs, "javascript")
+            )
         finally:
             server.stop()
     results["peer: jupyter_client KernelManager print(1)"] = percentiles(

@@ -296,7 +296,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--backend", default="docker")
     parser.add_argument("--cache", type=Path, default=Path("/var/cache/gateway-bench"))
-    parser.add_argument("--cold-flags", default="--pool-python 0 --pool-bash 0")
+    parser.add_argument("--cold-flags", default="--pool-python 0 --pool-bash 0 --pool-deno 0")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)

@@ -7,11 +7,14 @@
 #   1. input hash over docker/Dockerfile, docker/requirements.txt,
 #      docker/build.sh and every file under kernels/ (no __pycache__, *.pyc);
 #      tag gateway-kernel:<first 16 hex>. If that tag exists: no build.
-#   2. base image gateway-kernel-base:bookworm: if missing, debootstrap a
-#      Debian 12 minbase (python3, python3-venv, ca-certificates, tini) from the
+#   2. base image gateway-kernel-base:bookworm-<packages hash>: if missing, debootstrap
+#      a Debian 12 minbase ($BASE_PACKAGES: python3, python3-venv, ca-certificates,
+#      tini, git — bash runs get git, as code_run's manual promises) from the
 #      mirror configured in this machine's apt sources and `docker import` it.
 #   3. wheelhouse: `pip download` of docker/requirements.txt (cp311, manylinux
-#      x86_64 wheels only), cached in $GATEWAY_BUILD_CACHE/wheelhouse-<hash>.
+#      x86_64 wheels only; each manylinux tag is named: pip does not take a
+#      manylinux_2_27 wheel such as deno's for manylinux_2_28), cached in
+#      $GATEWAY_BUILD_CACHE/wheelhouse-<hash>.
 #   4. `docker build --network none` of a temp build context.
 #   The result is also tagged gateway-kernel:latest.
 #
@@ -39,7 +42,9 @@ SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/.." && pwd -P)
 
 IMAGE_NAME=gateway-kernel
-DEFAULT_BASE=gateway-kernel-base:bookworm
+# Debian packages of the base; the base's tag names them, so a changed list is a new base
+BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,git
+DEFAULT_BASE=gateway-kernel-base:bookworm-$(printf '%s' "$BASE_PACKAGES" | sha256sum | cut -c1-8)
 SUITE=bookworm
 BASE=${GATEWAY_IMAGE_BASE:-$DEFAULT_BASE}
 CACHE_DIR=${GATEWAY_BUILD_CACHE:-/var/cache/gateway-kernel-build}
@@ -183,7 +188,7 @@ ensure_base_image() {
     log "base image $BASE missing: debootstrap $SUITE from $mirror"
     t0=$SECONDS
     debootstrap --variant=minbase \
-        --include=python3,python3-venv,ca-certificates,tini \
+        --include="$BASE_PACKAGES" \
         "$SUITE" "$rootfs" "$mirror" >&2 || {
         if [ -f "$rootfs/debootstrap/debootstrap.log" ]; then
             log "tail of debootstrap.log:"
@@ -244,6 +249,7 @@ ensure_wheelhouse() {
                 --python-version 3.11 \
                 --platform manylinux2014_x86_64 \
                 --platform manylinux_2_28_x86_64 \
+                --platform manylinux_2_27_x86_64 \
                 --platform manylinux_2_17_x86_64 \
                 -d "$tmp" >&2; then
             rm -rf "$tmp"

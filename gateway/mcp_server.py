@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from gateway.client import GatewayClient, GatewayClientError
+from gateway.models.common import Language
 from gateway.settings import Settings
 from gateway.terminal import strip_colors
 from gateway.version import __version__
@@ -56,7 +57,8 @@ RESULT_CHARS = 10_000
 IMAGE_MIMES = ("image/png", "image/jpeg")
 
 TOOL_DESCRIPTION = """\
-Run Python or bash code in a fresh, isolated sandbox and return what it printed.
+Run Python, bash, JavaScript or TypeScript code in a fresh, isolated sandbox and return
+what it printed (JavaScript and TypeScript run in Deno; bash has python3, deno and git).
 
 Every call starts a new Jupyter kernel that is destroyed afterwards: no variable, file or
 installed package survives between calls, so import and compute everything in one call.
@@ -90,9 +92,10 @@ def build_server(client: GatewayClient) -> "MCPServer[Any]":
         content: Annotated[str, Field(description="the file's text")]
 
     async def run_code(
-        code: Annotated[str, Field(description="the Python or bash source to run")],
+        code: Annotated[str, Field(description="the source to run")],
         language: Annotated[
-            Literal["python", "bash"], Field(description="python (default) or bash")
+            Language,
+            Field(description="python (default), bash, javascript or typescript (Deno)"),
         ] = "python",
         files: Annotated[
             list[File] | None, Field(description="text files written before the code runs")
@@ -119,7 +122,10 @@ def build_server(client: GatewayClient) -> "MCPServer[Any]":
     server: MCPServer[Any] = MCPServer(
         "kernel-gateway",
         version=__version__,
-        instructions="Use run_code to run Python or bash in a fresh sandbox per call.",
+        instructions=(
+            "Use run_code to run Python, bash, JavaScript or TypeScript in a fresh sandbox "
+            "per call."
+        ),
     )
     server.add_tool(
         run_code,

@@ -30,7 +30,15 @@ from gateway.client import GatewayClient, GatewayClientError
 from gateway.terminal import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:8888"
-SCRIPT_LANGUAGES = {".py": "python", ".sh": "bash", ".bash": "bash"}
+SCRIPT_LANGUAGES = {
+    ".py": "python",
+    ".sh": "bash",
+    ".bash": "bash",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".ts": "typescript",
+    ".mts": "typescript",
+}
 CHART_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"}
 ANSWER_MARGIN = 120.0  # seconds to wait for an answer beyond the run's own timeout
 USAGE, FAILED = 2, 1
@@ -51,7 +59,7 @@ def add_parser(commands: Any) -> None:
         help="run a notebook or a script on a running gateway",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    run.add_argument("file", type=Path, help="a .ipynb notebook, or a .py or .sh file")
+    run.add_argument("file", type=Path, help="a .ipynb notebook, or a .py, .sh, .js or .ts file")
     run.add_argument("--out", type=Path, help="where to write the executed notebook")
     run.add_argument("--url", default=DEFAULT_URL, help=f"the gateway (default {DEFAULT_URL})")
     run.add_argument("--token", help="bearer token (default: $GATEWAY_TOKEN)")
@@ -184,7 +192,7 @@ def run_script(args: argparse.Namespace) -> int:
     language = args.language or SCRIPT_LANGUAGES.get(path.suffix.lower())
     if language is None:
         raise CommandError(
-            f"cannot tell the language of {path.name}: use a .ipynb, .py or .sh file, "
+            f"cannot tell the language of {path.name}: use a .ipynb, .py, .sh, .js or .ts file, "
             "or --language",
             USAGE,
         )

@@ -151,6 +151,9 @@ class Settings(BaseModel):
 
     pool_python: int = setting(2, "never-used Python kernels kept ready (0: no pool)", ge=0, le=64)
     pool_bash: int = setting(1, "never-used bash kernels kept ready (0: no pool)", ge=0, le=64)
+    pool_deno: int = setting(
+        1, "never-used Deno kernels (JavaScript, TypeScript) kept ready (0: no pool)", ge=0, le=64
+    )
     preload: tuple[str, ...] = setting(
         ("matplotlib.pyplot", "numpy", "pandas"),
         "modules pooled Python kernels import ahead (comma-separated; empty: none)",

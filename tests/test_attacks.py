@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.settings import SANDBOX_ID
+from tests import census
 from tests.conftest import start_gateway
 from tests.support import (
     Client,
@@ -64,6 +65,54 @@ def test_python_process_storm_is_contained(dclient: Client) -> None:
     )
     record = dclient.run(code=code, timeout=4)
     assert record["status"] == "killed" and record["kill_reason"] == "pids", record["notes"]
+
+
+def test_javascript_process_storm_is_contained(dclient: Client) -> None:
+    code = (
+        "for (let i = 0; i < 10000; i++) {\n"
+        "  try { new Deno.Command('sleep', { args: ['60'] }).spawn(); } catch { /* EAGAIN */ }\n"
+        "}\n"
+        "await new Promise((resolve) => setTimeout(resolve, 60_000));\n"
+    )
+    record = dclient.run(language="javascript", code=code, timeout=4)
+    assert record["status"] == "killed" and record["kill_reason"] == "pids", record["notes"]
+    assert census.census() == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # signals ignored and the event loop never yields: V8 cannot be interrupted
+        "Deno.addSignalListener('SIGTERM', () => {});\n"
+        "Deno.addSignalListener('SIGINT', () => {});\n"
+        "while (true) {}",
+        # children that detach and would outlive the kernel
+        "new Deno.Command('setsid', { args: ['sleep', '1000'] }).spawn();\n"
+        "new Deno.Command('sh', { args: ['-c', 'nohup sleep 1000 &'] }).spawn();\n"
+        "await new Promise((resolve) => setTimeout(resolve, 1_000_000));",
+    ],
+)
+def test_javascript_that_resists_still_ends_at_the_deadline(
+    gateway: GatewayThread, code: str
+) -> None:
+    record = gateway.client().run(language="javascript", code=code, timeout=1.5)
+    assert record["status"] == "timed_out" and record["exit_code"] is None, record
+    assert census.census() == []
+
+
+def test_javascript_output_flood_is_killed_at_the_output_limit(backend_name: str) -> None:
+    server = start_gateway(backend_name, output_limit_bytes=4 * 1024 * 1024)
+    try:
+        client = server.client()
+        flood = client.run(
+            language="javascript",
+            code="for (let i = 0; i < 100; i++) console.log('x'.repeat(100_000));",
+            timeout=60,
+        )
+        assert flood["kill_reason"] == "output_limit", flood["notes"]
+        assert client.run(language="javascript", code="console.log(1)")["stdout"] == "1\n"
+    finally:
+        server.stop()
 
 
 def test_memory_bomb_is_killed_as_memory(dclient: Client) -> None:

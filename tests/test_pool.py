@@ -33,12 +33,16 @@ def pooled(backend_name: str) -> Iterator[GatewayThread]:
         server.stop()
 
 
+KERNEL = {"python": "ipykernel", "bash": "bash", "javascript": "deno", "typescript": "deno"}
+
+
 def take(client: Client, code: str, language: str = "python", **body: Any) -> dict[str, Any]:
     """A run that takes a ready pooled kernel (waits for the pool to be full first)."""
     assert wait_for(lambda: full(client), timeout=120), pools(client)
-    hits = pools(client)[language]["hits"]
+    kind = KERNEL[language]
+    hits = pools(client)[kind]["hits"]
     record = client.run(code=code, language=language, **body)
-    assert pools(client)[language]["hits"] == hits + 1, "the run did not take a pooled kernel"
+    assert pools(client)[kind]["hits"] == hits + 1, "the run did not take a pooled kernel"
     return record
 
 
@@ -133,17 +137,17 @@ def test_a_run_asking_for_less_memory_gets_it_from_a_pooled_kernel(
 def test_the_pool_survives_kernels_that_die_while_they_wait(pooled: GatewayThread) -> None:
     client = pooled.client()
     backend = pooled.gateway.services.runs.kernels  # type: ignore[union-attr]
-    idle = list(backend.pools["python"].ready)
+    idle = list(backend.pools["ipykernel"].ready)
     assert len(idle) == 2
     for session in idle:  # the kernels die under their pool (as an OOM or a crash would)
         pooled.call(session.sandbox.kill())
-    assert wait_for(lambda: all(s not in backend.pools["python"].ready for s in idle), 30)
+    assert wait_for(lambda: all(s not in backend.pools["ipykernel"].ready for s in idle), 30)
     assert wait_for(lambda: full(client), timeout=120), pools(client)
     assert take(client, "print('alive')")["stdout"] == "alive\n"
 
 
 def test_pools_of_size_zero_start_every_kernel_for_its_run(backend_name: str) -> None:
-    server = start_gateway(backend_name, pool_python=0, pool_bash=0)
+    server = start_gateway(backend_name, pool_python=0, pool_bash=0, pool_deno=0)
     try:
         client = server.client()
         assert pools(client) == {}
@@ -152,7 +156,7 @@ def test_pools_of_size_zero_start_every_kernel_for_its_run(backend_name: str) ->
         record = client.run(code="print(1)")
         assert record["stdout"] == "1\n"
         metrics = client.request("GET", "/metrics").body.decode()
-        assert 'gateway_pool_hits_total{kind="python"}' not in metrics
+        assert 'gateway_pool_hits_total{kind="ipykernel"}' not in metrics
     finally:
         server.stop()
 
@@ -168,5 +172,5 @@ def test_metrics_count_hits_and_misses(pooled: GatewayThread) -> None:
     client = pooled.client()
     take(client, "print(1)")
     text = client.request("GET", "/metrics").body.decode()
-    assert 'gateway_pool_hits_total{kind="python"} 1.0' in text, text
+    assert 'gateway_pool_hits_total{kind="ipykernel"} 1.0' in text, text
     assert "gateway_kernels_pooled " in text

@@ -101,6 +101,60 @@ def test_code_run_exception_and_bash_exit_status(client: Client) -> None:
     }
 
 
+# Every language the manual names, the same program: print, fail, time out, exit.
+CODE_RUN_PROGRAMS = {
+    "python": (
+        "print('a'); import sys; print('b', file=sys.stderr)",
+        "print('before', flush=True)\nraise ValueError('bad')",
+        "print('started', flush=True)\nwhile True: pass",
+        "import sys\nprint('bye', flush=True)\nsys.exit(7)",
+    ),
+    "bash": (
+        "echo a; echo b >&2",
+        "echo before; false",
+        "echo started; while :; do :; done",
+        "echo bye; exit 7",
+    ),
+    "javascript": (
+        "console.log('a'); console.error('b')",
+        "console.log('before');\nthrow new RangeError('bad')",
+        "console.log('started');\nwhile (true) {}",
+        "console.log('bye');\nprocess.exit(7)",
+    ),
+    "typescript": (
+        "const a: string = 'a'; console.log(a); console.error('b')",
+        "console.log('before');\nconst f = (): never => { throw new RangeError('bad') };\nf()",
+        "console.log('started');\nwhile (true) {}",
+        "console.log('bye');\nDeno.exit(7)",
+    ),
+}
+
+
+@pytest.mark.parametrize("language", sorted(CODE_RUN_PROGRAMS))
+def test_code_run_every_language_of_the_manual(client: Client, language: str) -> None:
+    printing, failing, looping, exiting = CODE_RUN_PROGRAMS[language]
+    ok = code_run(client, language=language, code=printing)
+    assert ok == {
+        "language": language,
+        "exit_code": 0,
+        "output": "a\nb\n",
+        "truncated": False,
+        "timed_out": False,
+    }
+    failed = code_run(client, language=language, code=failing)
+    assert failed["exit_code"] == 1 and failed["timed_out"] is False, failed
+    assert failed["output"].startswith("before\n")
+    if language != "bash":
+        assert "bad" in failed["output"] and "\x1b" not in failed["output"], failed
+    stopped = code_run(
+        client, language=language, code=looping, timeout_seconds=1, return_files=["none.txt"]
+    )
+    assert (stopped["exit_code"], stopped["timed_out"], stopped["output"]) == (None, True, "")
+    assert stopped["files"] == [{"path": "none.txt", "size": None, "error": "not found"}]
+    exited = code_run(client, language=language, code=exiting)
+    assert (exited["exit_code"], exited["output"]) == (7, "bye\n"), exited
+
+
 def test_code_run_output_over_50000_characters_keeps_first_10000_and_last_40000(
     client: Client,
 ) -> None:
@@ -207,12 +261,12 @@ def test_code_run_notes_what_it_does_not_return(client: Client) -> None:
         ({"arguments": {}}, "invalid_request", "arguments.code"),
         ({"arguments": {"code": 1}}, "invalid_request", "arguments.code"),
         (
-            {"arguments": {"code": "1", "language": "javascript"}},
+            {"arguments": {"code": "1", "language": "ruby"}},
             "unsupported_language",
             "arguments.language",
         ),
         (
-            {"arguments": {"code": "1", "language": "typescript"}},
+            {"arguments": {"code": "1", "language": "JavaScript"}},
             "unsupported_language",
             "arguments.language",
         ),

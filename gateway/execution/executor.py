@@ -16,24 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import shlex
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway.execution.collector import OutputListener, json_size
 from gateway.execution.errorcap import clip_middle
+from gateway.execution.kernel_code import DENO_RESULT, PYTHON_RESULT, setup_code
 from gateway.execution.outcome import Outcome, Tally, apply_outcome, exit_code_of
 from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.session import Cell, KernelSession, StartCancelled, limits_from
 from gateway.models.common import now_rfc3339
+from gateway.models.languages import traits
 from gateway.runs.models import RunRecord, StagedFile
 from gateway.sandbox.base import ReadLimits, SandboxSpec
 from gateway.settings import Settings
 
-_RESULT_EXPRESSION = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
 SETUP_TIMEOUT = 10.0  # seconds for the gateway's own silent requests
 
 # The files to stage and notes about them, awaited once the run holds a slot (an archive
@@ -54,22 +53,6 @@ async def running(record: RunRecord, notes: Sequence[str]) -> AsyncIterator[None
     finally:
         record.usage.wall_ms = int((time.monotonic() - started) * 1000)
         record.finished_at = now_rfc3339()
-
-
-def setup_code(program: Program) -> str | None:
-    """Gateway code run silently before the first cell: the run's environment variables and
-    `vars` (never shown, never in history)."""
-    if not program.vars and not program.env:
-        return None
-    if program.language == "python":
-        payload = json.dumps({"env": dict(program.env), "vars": dict(program.vars)})
-        return f"__import__('kernels.python.startup', fromlist=['_']).prepare({payload!r})"
-    values = {**program.env, **{k: _bash_value(v) for k, v in program.vars.items()}}
-    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
-
-
-def _bash_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 class Execution:
@@ -130,7 +113,9 @@ class Execution:
         program, tally = self.program, self.tally
         if self.cancel.is_set():
             return Cell(source="", ending="cancelled")
-        setup = setup_code(program)
+        setup = setup_code(
+            program.language, program.env, program.vars, session.fence_token, program.network
+        )
         if setup is not None:
             reply = await session.run_silent(setup, timeout=SETUP_TIMEOUT)
             if reply is None or reply.get("status") != "ok":
@@ -185,7 +170,9 @@ class Execution:
         limits that struck, learn how the kernel died (if it did), then kill it all."""
         outcome = Outcome(last=last)
         if last.ending == "finished" and self.program.reads_result:
-            outcome.result, outcome.result_note, failure = await read_result(session, self.settings)
+            outcome.result, outcome.result_note, failure = await read_result(
+                session, self.settings, traits(self.program.language).kernel == "ipykernel"
+            )
             if failure:
                 self.tally.notes.append(failure)
         sandbox, settings = session.sandbox, self.settings
@@ -203,18 +190,27 @@ class Execution:
 
 
 async def read_result(
-    session: KernelSession, settings: Settings
+    session: KernelSession, settings: Settings, user_expressions: bool
 ) -> tuple[Any, str | None, str | None]:
     """The kernel's global `result` (else `output`); why the code's value was not returned
     (not JSON-serialisable, larger than `result_cap_bytes` as JSON, nested deeper than
-    `max_json_depth`), or why nothing could be read back at all."""
-    reply = await session.run_silent(
-        "", timeout=SETUP_TIMEOUT, user_expressions={"r": _RESULT_EXPRESSION}
-    )
-    if reply is None:
+    `max_json_depth`), or why nothing could be read back at all.
+
+    ipykernel evaluates it as a silent request's user expression; Deno's kernel has no
+    user expressions, so there it is the `execute_result` of a request without history,
+    which no cell sees."""
+    data: dict[str, Any] | None
+    if user_expressions:
+        reply = await session.run_silent(
+            "", timeout=SETUP_TIMEOUT, user_expressions={"r": PYTHON_RESULT}
+        )
+        data = None if reply is None else (reply.get("user_expressions") or {}).get("r", {})
+        data = None if data is None else data.get("data") or {}
+    else:
+        data = await session.display_value(DENO_RESULT, timeout=SETUP_TIMEOUT)
+    if data is None:
         return None, None, "`result` could not be read back from the kernel."
-    expression = (reply.get("user_expressions") or {}).get("r", {})
-    value = (expression.get("data") or {}).get("application/json")
+    value = data.get("application/json")
     if not isinstance(value, dict) or not value.get("present"):
         return None, None, None
     name = clip_middle(str(value.get("name")), 100)

@@ -68,13 +68,18 @@ class KernelClient:
                 break
 
     def execute(
-        self, code: str, *, silent: bool = False, user_expressions: dict[str, str] | None = None
+        self,
+        code: str,
+        *,
+        silent: bool = False,
+        store_history: bool | None = None,
+        user_expressions: dict[str, str] | None = None,
     ) -> str:
         return str(
             self._client.execute(
                 code,
                 silent=silent,
-                store_history=not silent,
+                store_history=not silent if store_history is None else store_history,
                 user_expressions=user_expressions or {},
                 allow_stdin=False,
                 stop_on_error=False,

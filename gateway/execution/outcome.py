@@ -21,6 +21,7 @@ from gateway.execution.program import Program
 from gateway.execution.session import Cell
 from gateway.execution.textcap import HeadTailText
 from gateway.models.common import KillReason
+from gateway.models.languages import traits
 from gateway.runs.models import RunRecord, Usage
 from gateway.runs.notebook import store_notebook
 from gateway.sandbox.base import Death, FilesRead, LimitEvent
@@ -192,15 +193,30 @@ def apply_outcome(record: RunRecord, program: Program, tally: Tally, outcome: Ou
         record.notes.extend(outcome.files.notes)
     record.usage = outcome.usage  # `running()` adds the wall time on its way out
     last = outcome.last
-    record.exit_code = tally.exit_code if last.ending == "finished" else None
-    settle_status(record, last, outcome.events, outcome.death)
+    record.exit_code = (
+        tally.exit_code
+        if last.ending == "finished"
+        else last.exit_code
+        if last.ending == "exited"
+        else None
+    )
+    exit_is_program_exit = traits(program.language).exit_is_program_exit
+    settle_status(record, last, outcome.events, outcome.death, exit_is_program_exit)
 
 
 def settle_status(
-    record: RunRecord, cell: Cell, events: frozenset[str], death: Death | None
+    record: RunRecord,
+    cell: Cell,
+    events: frozenset[str],
+    death: Death | None,
+    exit_is_program_exit: bool = False,
 ) -> None:
     """The record's status and kill reason, from how the last cell ended and what limits
-    struck."""
+    struck. A cell that "exited" (the program ended its kernel, its exit code already in
+    the record) settles like a finished one. For a language whose kernel ending is the
+    program ending (`exit_is_program_exit`: Deno, where `Deno.exit(n)` ends the process),
+    a kernel that "died" with an exit status did so on purpose: that status is the run's
+    exit code, not a crash."""
     # When both struck, a process storm is the likelier cause of the memory pressure.
     limit: KillReason | None = (
         "pids" if "pids" in events else "memory" if "memory" in events else None
@@ -214,6 +230,14 @@ def settle_status(
         if (death is not None and death.oom_killed) or limit == "memory":
             record.status, record.kill_reason = "killed", "memory"
             record.notes.append("The run was killed: it used more memory than its limit.")
+        elif (
+            exit_is_program_exit
+            and death is not None
+            and death.exit_code is not None
+            and death.exit_code >= 0
+        ):
+            record.exit_code = death.exit_code
+            record.status = "succeeded" if death.exit_code == 0 else "failed"
         else:
             record.status = "failed"
             code = None if death is None else death.exit_code

@@ -30,6 +30,7 @@ from gateway.errors import GatewayError
 from gateway.execution.session import KernelSession, limits_from, start_session
 from gateway.metrics import Metrics
 from gateway.models.common import Language
+from gateway.models.languages import Kernel, traits
 from gateway.sandbox.base import Footprint, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
@@ -39,9 +40,9 @@ RETRY_DELAY = 2.0  # after a kernel of the pool failed to start
 WATCH_INTERVAL = 2.0  # how often the pools look at the machine's memory
 
 
-def kernel_kind(language: Language) -> str:
-    """The pool a language's runs take kernels from (one kernel may serve two languages)."""
-    return language
+# the language a pooled kernel of each kind is started as (its kernel serves them all)
+STARTED_AS: dict[Kernel, Language] = {"ipykernel": "python", "bash": "bash", "deno": "javascript"}
+GIVE_UP_AFTER = 3  # a pool whose kernels fail to start this many times in a row is turned off
 
 
 def available_memory() -> int | None:
@@ -59,7 +60,7 @@ def available_memory() -> int | None:
 class KernelPool:
     """Never-used kernels of one kind."""
 
-    def __init__(self, kind: str, size: int, pools: Pools) -> None:
+    def __init__(self, kind: Kernel, size: int, pools: Pools) -> None:
         self.kind = kind
         self.size = size
         self.pools = pools
@@ -67,6 +68,7 @@ class KernelPool:
         self.starting = 0
         self.hits = 0
         self.misses = 0
+        self.failures = 0  # kernels that failed to start, in a row
 
     @property
     def wanted(self) -> int:
@@ -91,7 +93,7 @@ class KernelPool:
         settings = self.pools.settings
         spec = SandboxSpec(
             run_id=f"pool-{self.kind}-{secrets.token_hex(6)}",
-            language=self.kind,  # type: ignore[arg-type]  # a kind is a language here
+            language=STARTED_AS[self.kind],
             limits=limits_from(settings),
         )
         self.starting += 1
@@ -109,7 +111,7 @@ class KernelPool:
 
     async def _preload(self, session: KernelSession) -> None:
         modules = self.pools.settings.preload
-        if self.kind != "python" or not modules:
+        if self.kind != "ipykernel" or not modules:
             return
         code = (
             "__import__('kernels.python.startup', fromlist=['_'])"
@@ -129,7 +131,7 @@ class Pools:
         backend: SandboxBackend,
         context: zmq.asyncio.Context,
         metrics: Metrics,
-        sizes: Mapping[str, int],
+        sizes: Mapping[Kernel, int],
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -171,7 +173,7 @@ class Pools:
 
     def take(self, language: Language, spec: SandboxSpec) -> KernelSession | None:
         """A pooled kernel for a run with this spec, or None (then it starts its own)."""
-        pool = self.pools.get(kernel_kind(language))
+        pool = self.pools.get(traits(language).kernel)
         if pool is None or spec.workspace is not None or spec.network:
             return None
         session = pool.take()
@@ -201,13 +203,18 @@ class Pools:
         while not self.closing:
             self._wake.clear()
             self._check_memory()
-            pool = max(self.pools.values(), key=lambda p: p.wanted / p.size)
+            pool = max(self.pools.values(), key=lambda p: p.wanted / max(p.size, 1))
             if pool.wanted > 0 and not self._memory_short:
                 try:
                     await pool.fill_one()
+                    pool.failures = 0
                     continue
                 except (GatewayError, OSError) as exc:
+                    pool.failures += 1
                     log.warning("the %s pool could not start a kernel: %s", pool.kind, exc)
+                    if pool.failures >= GIVE_UP_AFTER:
+                        log.warning("the %s pool is off: its kernels do not start", pool.kind)
+                        pool.size = 0
                     await asyncio.sleep(RETRY_DELAY)
                     continue
             with contextlib.suppress(TimeoutError):

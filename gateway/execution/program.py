@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.models.common import Language
+from gateway.models.languages import traits
 from gateway.runs.models import RunRequest, StagedFile
 from gateway.runs.notebook import notebook_metadata
 from gateway.runs.notebook_request import NotebookRequest, cell_source, is_code
@@ -58,7 +59,7 @@ class Program:
     @property
     def reads_result(self) -> bool:
         """Whether the kernel's `result` (else `output`) is read back after the last cell."""
-        return self.language == "python"
+        return traits(self.language).reads_result
 
 
 def tags(cell: Mapping[str, Any]) -> list[Any]:

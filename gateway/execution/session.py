@@ -1,9 +1,9 @@
 """A started kernel in its sandbox, and the cells it runs.
 
-`open_session` owns the sandbox and the kernel client for as long as its `async with`
-lasts: it creates the sandbox, stages files, starts the kernel, waits until it is ready
-(or gives up on cancel or on the kernel's exit), and always destroys everything on exit.
-Single runs (`runner.Execution`) and notebook replays use it alike.
+`start_session` creates the sandbox, starts the kernel and waits until it is ready (or
+gives up on cancel or on the kernel's exit); the session's owner (a pool first, then a run;
+or a run that starts its own) calls `close()`, which destroys everything. `open_session`
+is the same scoped to an `async with`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,16 @@ import zmq.asyncio
 
 from gateway.errors import SandboxError
 from gateway.execution.collector import Caps, DisplayUpdate, OutputCollector, OutputListener
+from gateway.execution.fence import CellFences, new_token
 from gateway.execution.kernel import KernelClient, connect
+from gateway.execution.kernel_code import fence_code
+from gateway.models.common import Language
+from gateway.models.languages import LanguageTraits, traits
 from gateway.sandbox.base import Limits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
-Ending = Literal["finished", "timeout", "cancelled", "died", "output_limit"]
+# "exited": the program ended the kernel itself (`Deno.exit(n)`), after all its output
+Ending = Literal["finished", "timeout", "cancelled", "died", "output_limit", "exited"]
 
 IDLE_AFTER_REPLY = 2.0  # seconds to wait for iopub's `idle` once the execute_reply arrived
 
@@ -38,6 +43,7 @@ class Cell:
     reply: dict[str, Any] | None = None
     collector: OutputCollector | None = None
     duration_ms: int = 0
+    exit_code: int | None = None  # the program's exit status when it "exited"
 
 
 def limits_from(settings: Settings, memory_bytes: int | None = None) -> Limits:
@@ -59,11 +65,17 @@ class KernelSession:
         client: KernelClient,
         settings: Settings,
         cancel: asyncio.Event,
+        language: Language = "python",
     ) -> None:
         self.sandbox = sandbox
         self.client = client
         self.settings = settings
         self.cancel = cancel  # the run's: a pooled session gets it when a run takes it
+        self.traits: LanguageTraits = traits(language)
+        # the kernel's fence token (`execution.fence`), for kernels that need fences
+        self.fence_token = new_token() if self.traits.fenced_output else None
+        self._fences_asked = 0
+        self._last_message = 0.0  # when the kernel last sent anything on iopub
         self.dead = False
         self.start_seconds = 0.0
         self._closed = False
@@ -87,15 +99,23 @@ class KernelSession:
         on_display: DisplayUpdate | None = None,
     ) -> Cell:
         """Run one cell until it ends or `timeout` s pass; `caps` default to the settings'.
-        `on_display` hears of display updates meant for outputs of earlier cells."""
+        `on_display` hears of display updates meant for outputs of earlier cells.
+
+        Once the cell has replied, its output has arrived with its `idle` status, or (for a
+        kernel with fences) with a fence on both streams; past that, the cell waits for
+        either only while the kernel keeps sending, up to `IDLE_AFTER_REPLY` s of quiet."""
         caps = Caps.from_settings(self.settings) if caps is None else caps
         cell = Cell(source=source, collector=OutputCollector(caps, listener, on_display))
         assert cell.collector is not None
         started = time.monotonic()
         msg_id = self.client.execute(source)
+        parents = {msg_id}  # the requests whose iopub messages belong to this cell
+        fences = CellFences(self.fence_token) if self.fence_token is not None else None
         limit_hit = asyncio.Event()
         pump = asyncio.create_task(
-            self._pump(msg_id, cell.collector, limit_hit, self.client.received_bytes)
+            self._pump(
+                msg_id, parents, fences, cell.collector, limit_hit, self.client.received_bytes
+            )
         )
         reply = asyncio.create_task(self._reply(msg_id))
         waiters: dict[str, asyncio.Future[Any]] = {
@@ -106,27 +126,39 @@ class KernelSession:
             "exit": asyncio.ensure_future(self.sandbox.wait_exit()),
         }
         deadline = started + timeout
+        replied_at: float | None = None
         try:
             while not (pump.done() and reply.done()):
                 now = time.monotonic()
+                wait_until = deadline
                 if reply.done():
+                    if replied_at is None:
+                        replied_at = now
+                        if fences is not None:
+                            parents.add(self._ask_fence(fences))
                     # iopub is lossy under a flood (PUB drops at the high-water mark): once
-                    # the reply is in, wait only a little longer for the final `idle`.
-                    deadline = min(deadline, now + IDLE_AFTER_REPLY)
-                    if now >= deadline:
+                    # the reply is in, wait only while the kernel keeps sending.
+                    quiet = max(replied_at, self._last_message) + IDLE_AFTER_REPLY
+                    if now >= quiet:
                         break
-                remaining = deadline - now
-                pending = [w for w in waiters.values() if not w.done()]
-                if remaining <= 0:
+                    wait_until = min(deadline, quiet)
+                if now >= deadline:
                     cell.ending = "timeout"
-                    await self._interrupt(pump, reply)
+                    if self.traits.interruptible:
+                        await self._interrupt(pump, reply)
                     break
-                await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                pending = [w for w in waiters.values() if not w.done()]
+                await asyncio.wait(
+                    pending, timeout=wait_until - now, return_when=asyncio.FIRST_COMPLETED
+                )
                 if self.cancel.is_set():
                     cell.ending = "cancelled"
                     break
                 if limit_hit.is_set():
                     cell.ending = "output_limit"
+                    break
+                if fences is not None and fences.exit_code is not None:
+                    cell.ending, cell.exit_code = "exited", fences.exit_code
                     break
                 if waiters["exit"].done() and not (pump.done() and reply.done()):
                     await asyncio.wait([pump], timeout=0.2)  # let the last output arrive
@@ -139,8 +171,20 @@ class KernelSession:
             for waiter in waiters.values():
                 waiter.cancel()
             await asyncio.gather(*waiters.values(), return_exceptions=True)
+        if fences is not None:
+            for stream in ("stdout", "stderr"):
+                held = fences.release(stream)
+                if held:
+                    cell.collector.add(_stream_message(msg_id, stream, held))
         cell.duration_ms = int((time.monotonic() - started) * 1000)
         return cell
+
+    def _ask_fence(self, fences: CellFences) -> str:
+        """Have the kernel write the end fence through both streams; the request's id."""
+        self._fences_asked += 1
+        label = f"end:{self._fences_asked}"
+        fences.expect_end(label)
+        return self.client.execute(fence_code(label), silent=True)
 
     async def _interrupt(self, pump: asyncio.Task[None], reply: asyncio.Task[Any]) -> None:
         with contextlib.suppress(Exception):
@@ -148,25 +192,43 @@ class KernelSession:
         await asyncio.wait([pump], timeout=self.settings.interrupt_grace)
 
     async def _pump(
-        self, msg_id: str, collector: OutputCollector, limit_hit: asyncio.Event, baseline: int
+        self,
+        msg_id: str,
+        parents: set[str],
+        fences: CellFences | None,
+        collector: OutputCollector,
+        limit_hit: asyncio.Event,
+        baseline: int,
     ) -> None:
-        """Collect the cell's iopub messages until `idle`. Every byte the kernel sends
-        (on any channel, for any parent) counts against the cell's output limit."""
+        """Collect the cell's iopub messages until `idle` (or both fences). Every byte the
+        kernel sends (on any channel, for any parent) counts against the cell's output
+        limit."""
         while True:
             msg = await self.client.iopub(timeout=3600)
+            self._last_message = time.monotonic()
             collector.received_bytes = self.client.received_bytes - baseline
             if collector.limit_exceeded:
                 limit_hit.set()
                 return
-            if msg["parent_header"].get("msg_id") != msg_id:
+            parent = msg["parent_header"].get("msg_id")
+            if parent not in parents:
                 continue
             kind = msg["header"]["msg_type"]
-            if kind == "status" and msg["content"].get("execution_state") == "idle":
-                return
+            if fences is None:
+                if kind == "status" and msg["content"].get("execution_state") == "idle":
+                    return
+            elif kind == "stream":
+                stream = msg["content"].get("name", "stdout")
+                text = fences.feed(stream, str(msg["content"].get("text", "")))
+                msg = _stream_message(msg_id, stream, text)
+            elif parent != msg_id:
+                continue  # the fence request's own status and input
             try:
                 collector.add(msg)
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 log.debug("dropped a kernel message of an unexpected shape: %r", exc)
+            if fences is not None and fences.finished:
+                return
 
     async def _reply(self, msg_id: str) -> dict[str, Any]:
         while True:
@@ -174,6 +236,36 @@ class KernelSession:
             if msg["parent_header"].get("msg_id") == msg_id:
                 content: dict[str, Any] = msg["content"]
                 return content
+
+    async def display_value(self, code: str, timeout: float) -> dict[str, Any] | None:
+        """Gateway code run without history: the data of the `execute_result` it shows
+        (whenever it comes: a fenced kernel may send it after `idle`); None when it showed
+        none in time, failed, or the kernel is gone. Nothing of it reaches a cell."""
+        if self.dead:
+            return None
+        msg_id = self.client.execute(code, store_history=False)
+
+        async def value() -> dict[str, Any] | None:
+            while True:
+                msg = await self.client.iopub(timeout=timeout)
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind = msg["header"]["msg_type"]
+                if kind == "execute_result":
+                    data: dict[str, Any] = msg["content"].get("data") or {}
+                    return data
+                if kind == "error":
+                    return None
+
+        task = asyncio.ensure_future(value())
+        exited = asyncio.ensure_future(self.sandbox.wait_exit())
+        try:
+            await asyncio.wait([task, exited], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            return task.result() if task.done() and not task.exception() else None
+        finally:
+            for future in (task, exited):
+                future.cancel()
+            await asyncio.gather(task, exited, return_exceptions=True)
 
     async def run_silent(self, code: str, timeout: float, **kw: Any) -> dict[str, Any] | None:
         """Gateway code; None when it did not answer in time or the kernel is gone."""
@@ -186,6 +278,16 @@ class KernelSession:
 
 
 log = logging.getLogger(__name__)
+
+
+def _stream_message(parent: str, name: str, text: str) -> dict[str, Any]:
+    """A stream message of the cell `parent` (fences taken out of its text)."""
+    return {
+        "header": {"msg_type": "stream"},
+        "parent_header": {"msg_id": parent},
+        "content": {"name": name, "text": text},
+        "metadata": {},
+    }
 
 
 async def start_session(
@@ -205,7 +307,8 @@ async def start_session(
     sandbox = await backend.create(spec)
     try:
         info = await _unless_cancelled(sandbox.start(), cancel)
-        session = KernelSession(sandbox, connect(info, context), settings, cancel)
+        client = connect(info, context)
+        session = KernelSession(sandbox, client, settings, cancel, spec.language)
     except BaseException:
         await sandbox.destroy()
         raise

@@ -7,8 +7,8 @@ import datetime as dt
 import secrets
 from typing import Literal
 
-Language = Literal["python", "bash"]
-LANGUAGES: tuple[Language, ...] = ("python", "bash")
+Language = Literal["python", "bash", "javascript", "typescript"]
+LANGUAGES: tuple[Language, ...] = ("python", "bash", "javascript", "typescript")
 
 Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "killed", "cancelled"]
 FINAL_STATUSES: frozenset[str] = frozenset(

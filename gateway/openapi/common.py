@@ -469,7 +469,7 @@ RECORD_SCHEMAS: dict[str, Schema] = {
         ],
         "properties": {
             "id": {"type": "string"},
-            "language": {"enum": ["python", "bash"]},
+            "language": {"enum": ["python", "bash", "javascript", "typescript"]},
             "status": ref("RunStatus"),
             "success": {"type": "boolean", "description": '`status == "succeeded"`'},
             "exit_code": {

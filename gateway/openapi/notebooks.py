@@ -9,8 +9,9 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "description": (
             "The notebook with run options. Unknown fields are 400 invalid_request. The "
-            "kernel is chosen from `metadata.kernelspec` / `language_info` (python or bash; "
-            "python when absent; anything else 400 unsupported_language)."
+            "kernel is chosen from `metadata.kernelspec` / `language_info` (python, bash, "
+            "typescript or javascript, Deno's kernel `deno` too; python when absent; "
+            "anything else 400 unsupported_language)."
         ),
         "required": ["notebook"],
         "additionalProperties": False,

@@ -21,7 +21,7 @@ RUN_REQUEST: Schema = {
             "description": "the source to run; at most `max_code_bytes` (default 1 MiB): 413",
         },
         "language": {
-            "enum": ["python", "bash"],
+            "enum": ["python", "bash", "javascript", "typescript"],
             "default": "python",
             "description": "anything else: 400 unsupported_language, listing the supported ones",
         },

@@ -29,11 +29,11 @@ CODE_RUN: dict[str, Schema] = {
         "properties": {
             "code": {"type": "string", "description": "the code to run; print what you want back"},
             "language": {
-                "enum": ["python", "bash"],
+                "enum": ["python", "bash", "javascript", "typescript"],
                 "default": "python",
                 "description": (
-                    "`bash` runs the code as a bash script. `javascript` and `typescript` "
-                    "(accepted by the original tool) are 400 unsupported_language here"
+                    "`bash` runs the code as a bash script (python3, deno and git on its "
+                    "PATH); `javascript` and `typescript` run in Deno"
                 ),
             },
             "timeout_seconds": {
@@ -81,7 +81,7 @@ CODE_RUN: dict[str, Schema] = {
                 "type": "object",
                 "required": ["language", "exit_code", "output", "truncated", "timed_out"],
                 "properties": {
-                    "language": {"enum": ["python", "bash"]},
+                    "language": {"enum": ["python", "bash", "javascript", "typescript"]},
                     "exit_code": {
                         "type": ["integer", "null"],
                         "description": "null when the run hit `timeout_seconds`",

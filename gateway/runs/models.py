@@ -42,15 +42,9 @@ class RunRequest:
         """The cell that runs: the code, or the command that runs the entrypoint."""
         if self.entrypoint is None:
             return self.code or ""
-        if self.language == "python":
-            return f"%run -i {_shell_quote(self.entrypoint)}"
-        return f"bash {_shell_quote(self.entrypoint)}"
+        from gateway.models.languages import entrypoint_source
 
-
-def _shell_quote(path: str) -> str:
-    import shlex
-
-    return shlex.quote(path)
+        return entrypoint_source(self.language, self.entrypoint)
 
 
 @dataclasses.dataclass

@@ -25,6 +25,23 @@ KERNELSPECS: dict[str, dict[str, Any]] = {
         "kernelspec": {"name": "bash", "display_name": "Bash", "language": "bash"},
         "language_info": {"name": "bash", "file_extension": ".sh", "mimetype": "text/x-sh"},
     },
+    # Deno's kernel (`deno jupyter --install` names it "deno") runs both
+    "typescript": {
+        "kernelspec": {"name": "deno", "display_name": "Deno", "language": "typescript"},
+        "language_info": {
+            "name": "typescript",
+            "file_extension": ".ts",
+            "mimetype": "text/x.typescript",
+        },
+    },
+    "javascript": {
+        "kernelspec": {"name": "deno", "display_name": "Deno", "language": "javascript"},
+        "language_info": {
+            "name": "javascript",
+            "file_extension": ".js",
+            "mimetype": "text/javascript",
+        },
+    },
 }
 
 

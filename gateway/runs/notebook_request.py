@@ -52,6 +52,9 @@ KERNEL_LANGUAGES: dict[str, Language] = {
     "ipython": "python",
     "ipython3": "python",
     "bash": "bash",
+    "typescript": "typescript",
+    "deno": "typescript",  # the kernel name `deno jupyter --install` gives
+    "javascript": "javascript",
 }
 _REASON_CHARS = 500
 

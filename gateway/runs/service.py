@@ -65,7 +65,11 @@ class RunService:
             backend,
             context,
             metrics,
-            sizes={"python": settings.pool_python, "bash": settings.pool_bash},
+            sizes={
+                "ipykernel": settings.pool_python,
+                "bash": settings.pool_bash,
+                "deno": settings.pool_deno,
+            },
         )
         self._teardowns: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(settings.max_concurrent_runs)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.models.common import Language
+from gateway.models.languages import traits
 
 # Ports are only suffixes of the socket file names with the ipc transport.
 _CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
@@ -44,8 +45,10 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
     kernel starts, and our launcher imports the startup extension first: a
     `sitecustomize.py`, `ipykernel_launcher.py` or `kernels/` planted in a persistent
     workspace never runs at kernel start (issue 8, hole 3). Our extension then puts the
-    working folder on `sys.path` for the user's code, as Jupyter does."""
-    if language == "python":
+    working folder on `sys.path` for the user's code, as Jupyter does. Bash and Deno
+    kernels start the same way, from our own `kernels` package."""
+    kernel = traits(language).kernel
+    if kernel == "ipykernel":
         return [
             python,
             "-P",
@@ -58,7 +61,10 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
             "--IPKernelApp.interrupt_mode=message",
             "--InlineBackend.figure_formats=png",
         ]
-    return [python, "-P", "-m", "kernels.bash", "-f", connection_file]
+    if kernel == "bash":
+        return [python, "-P", "-m", "kernels.bash", "-f", connection_file]
+    # JavaScript and TypeScript: Deno's kernel behind our relay (kernels/deno/relay.py)
+    return [python, "-P", "-m", "kernels.deno", "-f", connection_file]
 
 
 def kernel_env(home: str, extra: dict[str, str], path: str) -> dict[str, str]:
@@ -76,6 +82,8 @@ def kernel_env(home: str, extra: dict[str, str], path: str) -> dict[str, str]:
         "JUPYTER_PLATFORM_DIRS": "1",
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
         "TERM": "dumb",
+        "DENO_DIR": f"{home}/.deno",
+        "DENO_NO_UPDATE_CHECK": "1",
     }
     env.update(extra)
     return env

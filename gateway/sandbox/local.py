@@ -38,6 +38,7 @@ from typing import Any
 
 import kernels
 from gateway.errors import SandboxError
+from gateway.models.languages import traits
 from gateway.runs.models import StagedFile, Usage
 from gateway.sandbox.base import (
     Death,
@@ -344,6 +345,15 @@ class LocalSandbox(Sandbox):
         return [*command, *_as_user(features.drop_to), *limited, *argv], "/tmp"
 
     async def start(self) -> dict[str, Any]:
+        if traits(self.spec.language).listens_on_loopback and (
+            self.backend.features.bwrap is None or self.spec.network
+        ):
+            # its ports would be on this host's loopback, open to every local process
+            raise SandboxError(
+                f"A {self.spec.language} kernel listens on loopback ports, so the local "
+                "backend runs it only in a network namespace of its own: that needs "
+                "bubblewrap and no `network`. Use the Docker backend otherwise."
+            )
         info = connection_info(str(self.kdir / "s"), new_key())
         connection_file = self.kdir / "connection.json"
         write_connection_file(connection_file, info)

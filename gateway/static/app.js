@@ -36,6 +36,18 @@ const SAMPLES = {
     "pd.DataFrame({'x': [1, 2, 3], 'y': [4.5, 5.5, 6.5]})",
   ].join("\n"),
   bash: ["echo \"hello from $(uname -s)\"", "echo 'to stderr' >&2", "ls -la"].join("\n"),
+  javascript: [
+    "console.log('hello from Deno', Deno.version.deno);",
+    "console.error('this goes to stderr');",
+    "const squares = [1, 2, 3].map((n) => n * n);",
+    "Deno.jupyter.html`<b>${squares.join(', ')}</b>`",
+  ].join("\n"),
+  typescript: [
+    "const greet = (name: string): string => `hello, ${name}`;",
+    "console.log(greet('TypeScript'));",
+    "const result: number[] = [1, 2, 3].map((n) => n * n);",
+    "result",
+  ].join("\n"),
 };
 
 const needsToken = document.querySelector('meta[name="gateway-auth"]')?.content === "token";
@@ -230,8 +242,9 @@ ui.code.addEventListener("blur", () => { tabLeaves = false; });
 ui.code.addEventListener("focus", () => { tabLeaves = false; });
 
 ui.language.addEventListener("change", () => {
-  const other = ui.language.value === "python" ? SAMPLES.bash : SAMPLES.python;
-  if (!ui.code.value.trim() || ui.code.value === other) ui.code.value = SAMPLES[ui.language.value];
+  // a sample (of any language) is replaced by the new language's; the user's code is kept
+  const isSample = Object.values(SAMPLES).includes(ui.code.value);
+  if (!ui.code.value.trim() || isSample) ui.code.value = SAMPLES[ui.language.value];
 });
 
 ui.run.addEventListener("click", run);

@@ -1,0 +1,61 @@
+"""The gateway's own code, in each kernel's language: the run's environment and `vars`
+before the first cell, the fences of kernels that need them, and reading `result` back.
+
+It runs silently (never shown, never in history); the kernel-side halves live in
+`kernels/python/startup.py` and `kernels/deno/prelude.js`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import kernels
+from gateway.models.common import Language
+from gateway.models.languages import traits
+
+PYTHON_RESULT = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
+_DENO_RUN = "globalThis[Symbol.for('gateway.run')]"
+DENO_RESULT = f"{_DENO_RUN}.result()"
+
+
+@functools.cache
+def deno_prelude() -> str:
+    path = Path(kernels.__file__).resolve().parent / "deno" / "prelude.js"
+    return path.read_text(encoding="utf-8")
+
+
+def setup_code(
+    language: Language,
+    env: Mapping[str, str],
+    vars: Mapping[str, Any],
+    fence_token: str | None = None,
+    network: bool = False,
+) -> str | None:
+    """The code that applies the run's environment variables and `vars` (None: nothing to
+    do). A Deno kernel always gets its prelude: its fences and `Deno.exit` need it."""
+    kernel = traits(language).kernel
+    if kernel == "deno":
+        run = {"env": dict(env), "vars": dict(vars), "fence": fence_token, "network": network}
+        payload = json.dumps(run)
+        return f"{deno_prelude()}\n{_DENO_RUN}.prepare({payload});"
+    if not vars and not env:
+        return None
+    if kernel == "ipykernel":
+        payload = json.dumps({"env": dict(env), "vars": dict(vars)})
+        return f"__import__('kernels.python.startup', fromlist=['_']).prepare({payload!r})"
+    values = {**env, **{k: _bash_value(v) for k, v in vars.items()}}
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
+
+
+def fence_code(label: str) -> str:
+    """Deno: write the fence `label` through stdout and stderr (`execution.fence`)."""
+    return f"{_DENO_RUN}.fence({json.dumps(label)});"
+
+
+def _bash_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)

@@ -1,0 +1,75 @@
+"""What differs between the languages a run can be in: the one place for it.
+
+The executor, the session, the outcome and the sandboxes ask these properties instead of
+testing a language's name, so a language is added here (plus its kernel's command line in
+`gateway.sandbox.kernelspec`, its notebook metadata in `gateway.runs.notebook` and the
+names a notebook may give it in `gateway.runs.notebook_request`). Pools are per kernel:
+one Deno kernel serves JavaScript and TypeScript.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from typing import Literal
+
+from gateway.models.common import Language
+
+Kernel = Literal["ipykernel", "bash", "deno"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LanguageTraits:
+    """How a language's kernel behaves, where the gateway must know it."""
+
+    # the kernel that runs it (its command line: `gateway.sandbox.kernelspec`; the
+    # gateway's own code in it: `gateway.execution.kernel_code`)
+    kernel: Kernel
+    # the global `result` (else `output`) is read back after the last cell
+    reads_result: bool
+    # the kernel may publish a cell's output after its `idle` status (Deno sends its
+    # stdout and stderr from another thread): the session waits for a fence the gateway
+    # writes through the same streams once the cell has replied (`execution.fence`)
+    fenced_output: bool = False
+    # the kernel process ending during a cell is the program ending with that status
+    # (`Deno.exit(n)`), not a crash of the kernel
+    exit_is_program_exit: bool = False
+    # an interrupt stops running code (ipykernel, our bash kernel); otherwise the kernel
+    # is killed at the deadline without one (V8 does not stop `while (true) {}`)
+    interruptible: bool = True
+    # the kernel listens on TCP ports of the sandbox's loopback (`kernels.deno.relay`):
+    # its sandbox needs a network namespace of its own
+    listens_on_loopback: bool = False
+
+
+_DENO = LanguageTraits(
+    kernel="deno",
+    reads_result=True,
+    fenced_output=True,
+    exit_is_program_exit=True,
+    interruptible=False,
+    listens_on_loopback=True,
+)
+
+TRAITS: dict[Language, LanguageTraits] = {
+    "python": LanguageTraits(kernel="ipykernel", reads_result=True),
+    "bash": LanguageTraits(kernel="bash", reads_result=False),
+    "javascript": _DENO,
+    "typescript": _DENO,
+}
+
+
+def traits(language: Language) -> LanguageTraits:
+    return TRAITS[language]
+
+
+def entrypoint_source(language: Language, path: str) -> str:
+    """The cell that runs the file `path` (relative to the working folder)."""
+    kernel = traits(language).kernel
+    if kernel == "ipykernel":
+        return f"%run -i {shlex.quote(path)}"
+    if kernel == "bash":
+        return f"bash {shlex.quote(path)}"
+    # a module of its own: its globals (`globalThis`) are the notebook's
+    return f"await import({json.dumps('./' + path)});"

@@ -1,0 +1,1 @@
+"""JavaScript and TypeScript: Deno's own Jupyter kernel, reached through `relay.py`."""
