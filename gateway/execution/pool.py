@@ -99,7 +99,11 @@ class KernelPool:
         self.starting += 1
         try:
             session = await start_session(self.pools.backend, spec, settings, self.pools.context)
-            await self._preload(session)
+            try:
+                await self._preload(session)
+            except BaseException:  # cancelled (shutdown) or failed: it is nobody's yet
+                await asyncio.shield(session.close())
+                raise
         finally:
             self.starting -= 1
         self.pools.metrics.kernel_start_seconds.observe(session.start_seconds)
