@@ -76,7 +76,7 @@ def test_javascript_process_storm_is_contained(dclient: Client) -> None:
     )
     record = dclient.run(language="javascript", code=code, timeout=4)
     assert record["status"] == "killed" and record["kill_reason"] == "pids", record["notes"]
-    assert census.census() == []
+    assert census.after_teardown() == []
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_javascript_that_resists_still_ends_at_the_deadline(
 ) -> None:
     record = gateway.client().run(language="javascript", code=code, timeout=1.5)
     assert record["status"] == "timed_out" and record["exit_code"] is None, record
-    assert census.census() == []
+    assert census.after_teardown() == []
 
 
 def test_javascript_output_flood_is_killed_at_the_output_limit(backend_name: str) -> None:

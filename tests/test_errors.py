@@ -92,4 +92,7 @@ def test_health_needs_no_token_and_reports_the_backend(small: GatewayThread) -> 
     assert response.status == 200
     body = response.json()
     assert body["status"] == "ok" and body["backend"] == "local"
-    assert body["kernels"] == {"running": 0, "pooled": 0} and body["version"]
+    assert body["kernels"]["running"] == 0 and body["version"]
+    pools = body["pools"]
+    assert set(pools) == {"ipykernel", "bash", "deno"}
+    assert body["kernels"]["pooled"] == sum(pool["ready"] for pool in pools.values())

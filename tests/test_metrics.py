@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.support import GatewayThread
+from tests.support import GatewayThread, wait_for
 
 
 def sample(text: str, name: str) -> float:
@@ -21,7 +21,7 @@ def sample(text: str, name: str) -> float:
 
 
 def test_metrics_count_runs_and_time_kernel_starts() -> None:
-    server = GatewayThread(backend="local").start()
+    server = GatewayThread(backend="local", pool_python=0, pool_bash=0, pool_deno=0).start()
     try:
         client = server.client()
         client.run(code="print(1)")
@@ -41,5 +41,27 @@ def test_metrics_count_runs_and_time_kernel_starts() -> None:
         assert sample(text, "gateway_queue_length") == 0
         assert sample(text, "gateway_kernels_pooled") == 0
         assert "# TYPE gateway_run_duration_seconds histogram" in text
+    finally:
+        server.stop()
+
+
+def test_a_pooled_kernel_start_is_timed_once() -> None:
+    """Timed when it fills its pool, not again when a run takes it."""
+    server = GatewayThread(backend="local", pool_python=1, pool_bash=0, pool_deno=0).start()
+    try:
+        client = server.client()
+
+        def pool() -> dict[str, int]:
+            pools: dict[str, dict[str, int]] = client.request("GET", "/v1/health").json()["pools"]
+            return pools["ipykernel"]
+
+        assert wait_for(lambda: pool()["ready"] == 1, timeout=60), pool()
+        assert client.run(code="print(1)")["stdout"] == "1\n"
+        assert client.run(language="bash", code="echo 1")["stdout"] == "1\n"  # no pool: cold
+        assert wait_for(lambda: pool()["ready"] == 1, timeout=60), pool()
+        assert pool()["hits"] == 1
+        text = client.request("GET", "/metrics").body.decode()
+        # the first fill, the refill after the hit, and the bash run's own kernel
+        assert sample(text, "gateway_kernel_start_duration_seconds_count") == 3
     finally:
         server.stop()

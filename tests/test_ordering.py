@@ -9,13 +9,13 @@ import concurrent.futures
 import contextlib
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import tornado.websocket
 
 from gateway.execution.textcap import truncation_marker
+from tests import browser
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread
 
@@ -255,23 +255,10 @@ def test_websocket_output_events_come_in_write_order(gateway: GatewayThread, lan
     assert events[-1]["run"]["outputs"] == alternating_outputs(50)
 
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-
-
 @pytest.fixture
 def chromium() -> Iterator[Any]:
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="Playwright for Python is not installed"
-    )
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with browser.chromium() as launched:
+        yield launched
 
 
 BASH_ON_THE_PAGE = "for i in 1 2 3; do echo o$i; echo e$i >&2; done"

@@ -16,45 +16,20 @@ from typing import Any
 import nbformat
 import pytest
 
-from tests import census, needs
 from tests.api import write_tokens
+from tests.browser import chromium
 from tests.support import REPO, GatewayThread
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = REPO / "test-artifacts"
 TOKEN = "page-test-token-0123456789abcdef"
-
-sync_api = needs.import_module(
-    "playwright.sync_api", "chromium", "install the test extras (pip install -e '.[test]')"
-)
-
 
 # --- fixtures -----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        needs.missing("chromium", f"{CHROMIUM} is missing (apt-get install chromium)")
-    with census.harness_owned("Playwright's driver and Chromium"):
-        playwright = sync_api.sync_playwright().start()
-    try:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-    finally:
-        playwright.stop()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")

@@ -41,19 +41,42 @@ def run_bounded(client: Client, limit: int, **fields: Any) -> tuple[dict[str, An
 # --- each field, capped as it arrives (default settings) ---------------------------------
 
 
+# A program's own huge error or display is cut inside the kernel (kernels/python/caps.py);
+# the gateway's caps are for what a kernel sends whatever its code: `RAW` sends messages
+# past the kernel's caps, as a hostile kernel would.
+RAW = (
+    "k = get_ipython().kernel\n"
+    "def raw(kind, content):\n"
+    "    k.session.send(k.iopub_socket, kind, content, parent=k.get_parent('shell'))\n"
+)
+
+
 def test_a_100_mb_error_value(client: Client) -> None:
     """`raise ValueError('A' * 10**8)` made a 200 MB record (value and traceback)."""
     record, _ = run_bounded(client, 2 * MiB, code="raise ValueError('A' * 10**8)", timeout=120)
-    # 200 MB of error is over the output limit (64 MiB) too: the run ends killed for it
-    assert (record["status"], record["kill_reason"]) == ("killed", "output_limit")
+    assert (record["status"], record["kill_reason"]) == ("failed", None), record["notes"]
     error = record["error"]
     assert error["ename"] == "ValueError"
-    assert error["evalue"].startswith("AAAA") and "bytes truncated" in error["evalue"]
+    assert error["evalue"].startswith("AAAA") and "characters truncated" in error["evalue"]
     assert len(error["evalue"].encode()) <= ERROR_CAP
     assert sum(len(line.encode()) for line in error["traceback"]) <= ERROR_CAP
     # the nbformat error output is the same cut error, not left out
     (output,) = [o for o in record["outputs"] if o["output_type"] == "error"]
     assert output["evalue"] == error["evalue"] and output["traceback"] == error["traceback"]
+
+
+def test_a_10_mb_error_sent_raw_is_cut_by_the_gateway(client: Client) -> None:
+    code = (
+        RAW + "raw('error', {'ename': 'ValueError', 'evalue': 'A' * 10_000_000,"
+        " 'traceback': ['T' * 1_000_000] * 5})\n"
+        "raise ValueError('small')\n"
+    )
+    record, _ = run_bounded(client, 2 * MiB, code=code, timeout=120)
+    assert record["status"] == "failed", record["notes"]
+    (big, _small) = [o for o in record["outputs"] if o["output_type"] == "error"]
+    assert big["evalue"].startswith("AAAA") and "bytes truncated" in big["evalue"]
+    assert len(big["evalue"].encode()) <= ERROR_CAP
+    assert sum(len(line.encode()) for line in big["traceback"]) <= ERROR_CAP
     assert any("error's value or traceback" in note for note in record["notes"])
 
 
@@ -110,7 +133,7 @@ def test_a_note_quoting_the_run_is_clipped(client: Client) -> None:
 
 def test_one_huge_display_update(client: Client) -> None:
     """An update replaced a small display's data whatever its size: the display cap did not
-    apply to updates."""
+    apply to updates. A program's own huge update arrives as the kernel's stand-in."""
     code = (
         "from IPython.display import HTML, display\n"
         "h = display(HTML('small'), display_id=True)\n"
@@ -120,6 +143,21 @@ def test_one_huge_display_update(client: Client) -> None:
     record, _ = run_bounded(client, 2 * MiB, code=code, timeout=120)
     assert record["status"] == "succeeded" and record["stdout"] == "done\n"
     (display,) = [o for o in record["outputs"] if o["output_type"] == "display_data"]
+    assert list(display["data"]) == ["text/plain"], display["data"].keys()
+    assert "an output of 20000" in display["data"]["text/plain"]
+
+
+def test_one_huge_display_update_sent_raw(client: Client) -> None:
+    code = (
+        RAW + "from IPython.display import HTML, display\n"
+        "h = display(HTML('small'), display_id='d1')\n"
+        "raw('update_display_data', {'data': {'text/html': 'u' * 17_000_000},"
+        " 'metadata': {}, 'transient': {'display_id': 'd1'}})\n"
+        "print('done')\n"
+    )
+    record, _ = run_bounded(client, 2 * MiB, code=code, timeout=120)
+    assert record["status"] == "succeeded" and record["stdout"] == "done\n", record["notes"]
+    (display,) = [o for o in record["outputs"] if o["output_type"] == "display_data"]
     assert display["data"]["text/html"] == "small"
     assert any("display update(s) were not applied" in note for note in record["notes"])
 
@@ -127,10 +165,11 @@ def test_one_huge_display_update(client: Client) -> None:
 def test_display_updates_in_a_loop(client: Client) -> None:
     """Each update is over the display cap; the loop is killed by the output limit."""
     code = (
-        "from IPython.display import HTML, display\n"
-        "h = display(HTML('start'), display_id=True)\n"
+        RAW + "from IPython.display import HTML, display\n"
+        "h = display(HTML('start'), display_id='d1')\n"
         "for i in range(20):\n"
-        "    h.update(HTML(str(i % 10) * 17_000_000))\n"  # 340 MB in all
+        "    raw('update_display_data', {'data': {'text/html': str(i % 10) * 17_000_000},"
+        " 'metadata': {}, 'transient': {'display_id': 'd1'}})\n"  # 340 MB in all
         "print('done')\n"
     )
     record, _ = run_bounded(client, 2 * MiB, code=code, timeout=300)
@@ -143,6 +182,11 @@ def test_display_updates_in_a_loop(client: Client) -> None:
 
 def test_a_huge_execute_result(client: Client) -> None:
     record, _ = run_bounded(client, 1 * MiB, code="'x' * 20_000_000", timeout=120)
+    (result,) = [o for o in record["outputs"] if o["output_type"] == "execute_result"]
+    assert "an output of 20000012 characters was not sent" in result["data"]["text/plain"]
+    raw = RAW + "raw('execute_result', {'data': {'text/plain': 'x' * 17_000_000},"
+    raw += " 'metadata': {}, 'execution_count': 1})\n"
+    record, _ = run_bounded(client, 1 * MiB, code=raw, timeout=120)
     assert not [o for o in record["outputs"] if o["output_type"] == "execute_result"]
     assert any("rich output(s) were not returned" in note for note in record["notes"])
 

@@ -77,7 +77,6 @@ class Execution:
         self.files = files  # awaited inside the run: the archive is unpacked only then
         self.listener = listener
         self.cancel = cancel if cancel is not None else asyncio.Event()
-        self.kernel_start_seconds: float | None = None
         self.tally = Tally(settings, program)
 
     async def run(self) -> RunRecord:
@@ -98,7 +97,6 @@ class Execution:
                 outcome = Outcome(last=Cell(source="", ending="cancelled"))
             else:
                 try:
-                    self.kernel_start_seconds = session.start_seconds
                     await session.sandbox.stage_files(files)
                     last = await self._run_cells(session)
                     outcome = await self._close(session, last)

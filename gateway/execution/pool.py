@@ -189,14 +189,20 @@ class Pools:
         """The run's kernel: from its pool when one is ready, else started now."""
         session = self.take(spec.language, spec)
         if session is None:
-            return await start_session(self.backend, spec, self.settings, self.context, cancel)
+            return await self._start_cold(spec, cancel)
         session.cancel = cancel
         default = limits_from(self.settings).memory_bytes
         if spec.limits.memory_bytes < default and not await session.sandbox.set_memory_limit(
             spec.limits.memory_bytes
         ):  # this sandbox cannot lower its limit: the run gets a kernel of its own
             self.discard(session)
-            return await start_session(self.backend, spec, self.settings, self.context, cancel)
+            return await self._start_cold(spec, cancel)
+        return session
+
+    async def _start_cold(self, spec: SandboxSpec, cancel: asyncio.Event) -> KernelSession:
+        session = await start_session(self.backend, spec, self.settings, self.context, cancel)
+        # every start is timed once, where it happens (a pooled one when it fills its pool)
+        self.metrics.kernel_start_seconds.observe(session.start_seconds)
         return session
 
     # --- keeping them full, and alive -----------------------------------------------------

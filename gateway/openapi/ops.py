@@ -28,6 +28,25 @@ SCHEMAS: dict[str, Schema] = {
                     },
                 },
             },
+            "pools": {
+                "type": "object",
+                "description": "the warm pool of each kernel (`ipykernel`, `bash`, `deno`)",
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["size", "ready", "starting", "hits", "misses"],
+                    "additionalProperties": False,
+                    "properties": {
+                        name: {"type": "integer", "minimum": 0, "description": text}
+                        for name, text in (
+                            ("size", "kernels kept ready (0: the pool is off)"),
+                            ("ready", "kernels ready now, never used"),
+                            ("starting", "kernels being started to refill the pool"),
+                            ("hits", "runs that took a ready kernel"),
+                            ("misses", "runs that started a kernel of their own"),
+                        )
+                    },
+                },
+            },
             "version": {"type": "string"},
         },
     },

@@ -206,8 +206,6 @@ class RunService:
                 active.execution = execution
                 await self.store.put(record)
                 await execution.run()
-                if execution.kernel_start_seconds is not None:
-                    self.metrics.kernel_start_seconds.observe(execution.kernel_start_seconds)
             finally:
                 self._running -= 1
                 self._slots.release()
