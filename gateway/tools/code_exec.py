@@ -17,9 +17,11 @@ import dataclasses
 import math
 from typing import Any
 
+from gateway.auth import Principal
 from gateway.errors import InvalidRequest
-from gateway.runs.models import RunRecord, RunRequest
-from gateway.runs.validation import parse_run_request
+from gateway.models.record import RunRecord
+from gateway.models.request import RunRequest
+from gateway.runs.requests import parse_run_request
 from gateway.settings import Settings
 from gateway.tools import (
     kill_sentence,
@@ -43,9 +45,7 @@ class CodeExecCall:
     request: RunRequest
 
 
-def parse_code_exec(
-    body: Any, settings: Settings, *, user: str = "anonymous", role: str = "admin"
-) -> CodeExecCall:
+def parse_code_exec(body: Any, settings: Settings, caller: Principal) -> CodeExecCall:
     """Validate a code_exec body (the timeout is clamped, never a 400)."""
     body = require_object(body, None, "The request body")
     reject_unknown(body, FIELDS, "")
@@ -62,7 +62,7 @@ def parse_code_exec(
         "working_dir": body.get("working_dir"),
         "background": background,
     }
-    return CodeExecCall(request=parse_run_request(run_body, settings, user=user, role=role))
+    return CodeExecCall(request=parse_run_request(run_body, settings, caller))
 
 
 def exec_timeout(value: Any, background: bool) -> float:

@@ -18,9 +18,12 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.auth import Principal
 from gateway.errors import InvalidPath, InvalidRequest
-from gateway.runs.models import RunRecord, RunRequest
-from gateway.runs.validation import check_relative_path, parse_run_request
+from gateway.models.record import RunRecord
+from gateway.models.request import RunRequest
+from gateway.models.run import checked_path
+from gateway.runs.requests import parse_run_request
 from gateway.settings import Settings
 from gateway.tools import (
     kill_sentence,
@@ -69,9 +72,7 @@ class CodeRunCall:
     return_files: tuple[ReturnFile, ...] = ()
 
 
-def parse_code_run(
-    body: Any, settings: Settings, *, user: str = "anonymous", role: str = "admin"
-) -> CodeRunCall:
+def parse_code_run(body: Any, settings: Settings, caller: Principal) -> CodeRunCall:
     """Validate a code_run body; every violation is a 400 naming `arguments.<field>`."""
     envelope = require_object(body, None, "The request body")
     arguments = require_object(
@@ -90,7 +91,7 @@ def parse_code_run(
         "return_files": list(dict.fromkeys(r.pattern for r in return_files)) or None,
     }
     with renamed_fields(_RENAMES):
-        request = parse_run_request(run_body, settings, user=user, role=role)
+        request = parse_run_request(run_body, settings, caller)
     return CodeRunCall(request=request, return_files=return_files)
 
 
@@ -135,9 +136,7 @@ def _files(value: Any) -> list[dict[str, str]] | None:
                 field=f"{field}.content",
             )
         raw = item.get("path")
-        path = check_relative_path(
-            _in_workdir(raw) if isinstance(raw, str) else raw, f"{field}.path"
-        )
+        path = checked_path(_in_workdir(raw) if isinstance(raw, str) else raw, f"{field}.path")
         files.append({"path": path, "content": content})
     return files
 
