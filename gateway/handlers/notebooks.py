@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.handlers.base import BaseHandler
-from gateway.runs.notebook import record_to_notebook
+from gateway.models.ipynb import record_to_notebook
 from gateway.runs.requests import parse_notebook_request
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import nbformat
 
 from gateway.handlers.base import BaseHandler
-from gateway.runs.notebook import record_to_notebook
+from gateway.models.ipynb import record_to_notebook
+from gateway.runs.archives import check_archive
 from gateway.runs.requests import parse_run_request
-from gateway.uploads.attach import check_archive
 
 
 class RunsHandler(BaseHandler):

@@ -33,10 +33,10 @@ from gateway.handlers.origin import origin_allowed, refuse_foreign
 from gateway.handlers.outbox import Outbox
 from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.models.stream import MAX_REF_CHARS, RunMessage
+from gateway.runs.archives import check_archive
 from gateway.runs.bounds import bound_json
 from gateway.runs.requests import run_request
 from gateway.runs.service import ActiveRun
-from gateway.uploads.attach import check_archive
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
+from gateway.runs.archives import check_archive
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
 from gateway.tools.run_python import parse_run_python, run_python_answer
-from gateway.uploads.attach import check_archive
 
 
 class CodeRunToolHandler(BaseHandler):

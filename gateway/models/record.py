@@ -104,7 +104,7 @@ class RunRecord(BaseModel):
     user: str = Field("anonymous", exclude=True)
     code: str = Field("", exclude=True)
     created_at: str = Field(default_factory=now_rfc3339, exclude=True)
-    # a replay's cells without outputs (`gateway.runs.notebook`)
+    # a replay's cells without outputs (`gateway.models.ipynb`)
     notebook: dict[str, Any] | None = Field(None, exclude=True)
     # why the code's `result` was not returned, as a fact (the tools report it their way)
     result_note: str | None = Field(None, exclude=True)
