@@ -25,11 +25,11 @@ from gateway.errors import GatewayError
 from gateway.jsoncodec import parse_json
 from gateway.models.notebook import NotebookBody
 from gateway.models.run import RunBody
+from gateway.models.tools import CodeExecBody, CodeRunArguments
 from gateway.runs.requests import parse_notebook_request, parse_run_request
 from gateway.settings import Settings
-from gateway.tools.code_exec import FIELDS as CODE_EXEC_FIELDS
 from gateway.tools.code_exec import parse_code_exec
-from gateway.tools.code_run import ARGUMENTS, parse_code_run
+from gateway.tools.code_run import parse_code_run
 from gateway.tools.run_python import INPUT, PARAMS, parse_run_python
 from tests.support import Client, GatewayThread
 from tests.ws_client import open_stream, receive
@@ -37,6 +37,8 @@ from tests.ws_client import open_stream, receive
 pytestmark = pytest.mark.attack
 
 RUN_FIELDS = frozenset(RunBody.model_fields)
+CODE_EXEC_FIELDS = frozenset(CodeExecBody.model_fields)
+ARGUMENTS = frozenset(CodeRunArguments.model_fields)
 KEYS = sorted(
     RUN_FIELDS
     | set(NotebookBody.model_fields)
