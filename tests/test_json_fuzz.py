@@ -20,23 +20,28 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.auth import Principal
 from gateway.errors import GatewayError
 from gateway.jsoncodec import parse_json
-from gateway.runs.notebook_request import NOTEBOOK_FIELDS, parse_notebook_request
-from gateway.runs.validation import RUN_FIELDS, parse_run_request
+from gateway.models.notebook import NotebookBody
+from gateway.models.run import RunBody
+from gateway.models.tools import CodeExecBody, CodeRunArguments
+from gateway.runs.requests import parse_notebook_request, parse_run_request
 from gateway.settings import Settings
-from gateway.tools.code_exec import FIELDS as CODE_EXEC_FIELDS
 from gateway.tools.code_exec import parse_code_exec
-from gateway.tools.code_run import ARGUMENTS, parse_code_run
+from gateway.tools.code_run import parse_code_run
 from gateway.tools.run_python import INPUT, PARAMS, parse_run_python
 from tests.support import Client, GatewayThread
 from tests.ws_client import open_stream, receive
 
 pytestmark = pytest.mark.attack
 
+RUN_FIELDS = frozenset(RunBody.model_fields)
+CODE_EXEC_FIELDS = frozenset(CodeExecBody.model_fields)
+ARGUMENTS = frozenset(CodeRunArguments.model_fields)
 KEYS = sorted(
     RUN_FIELDS
-    | NOTEBOOK_FIELDS
+    | set(NotebookBody.model_fields)
     | CODE_EXEC_FIELDS
     | ARGUMENTS
     | INPUT
@@ -143,14 +148,14 @@ def parsers(root: Path) -> list[Callable[[Any], Any]]:
     open_ = Settings(max_code_bytes=4096, allow_uploads=True, allow_network=True, workspaces=root)
     result: list[Callable[[Any], Any]] = []
     for s in (plain, open_):
-        for role in ("user", "admin"):
+        for caller in (Principal("u", "user"), Principal("u", "admin")):
             result += [
-                lambda b, s=s, r=role: parse_run_request(b, s, user="u", role=r),
-                lambda b, s=s, r=role: parse_code_run(b, s, user="u", role=r),
-                lambda b, s=s, r=role: parse_run_python(b, s, user="u", role=r, archives=True),
-                lambda b, s=s, r=role: parse_code_exec(b, s, user="u", role=r),
+                lambda b, s=s, c=caller: parse_run_request(b, s, c),
+                lambda b, s=s, c=caller: parse_code_run(b, s, c),
+                lambda b, s=s, c=caller: parse_run_python(b, s, c, archives=True),
+                lambda b, s=s, c=caller: parse_code_exec(b, s, c),
+                lambda b, s=s, c=caller: parse_notebook_request(b, s, c),
             ]
-        result.append(lambda b, s=s: parse_notebook_request(b, s, user="u"))
     return result
 
 

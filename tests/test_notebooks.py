@@ -20,7 +20,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from PIL import Image
 
-from gateway.runs.notebook import notebook_metadata
+from gateway.models.languages import notebook_metadata
 from tests.api import assert_error, poll_run
 from tests.conftest import start_gateway
 from tests.notebook_compare import (

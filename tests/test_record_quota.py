@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.runs.models import RunRecord
+from gateway.models.record import RunRecord
 from gateway.runs.store import RecordQuota, RecordStore
 from tests.conftest import BACKENDS, start_gateway
 from tests.support import Client, GatewayThread

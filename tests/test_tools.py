@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.runs.models import RunRecord
+from gateway.auth import Principal
+from gateway.models.record import RunRecord
 from gateway.settings import Settings
 from gateway.tools import cut_bytes, prefix_stderr, program_chunks, traceback_text
 from gateway.tools.code_exec import exec_timeout, parse_code_exec
@@ -699,12 +700,17 @@ def test_code_exec_timeout_clamp(value: Any, background: bool, expected: float) 
     assert exec_timeout(value, background) == expected
 
 
+CALLER = Principal("u", "user")
+
+
 def test_code_exec_detached_default_and_operator_ceiling() -> None:
     settings = Settings()
-    assert parse_code_exec({"code": "1", "background": True}, settings).request.timeout == 300
-    assert parse_code_exec({"code": "1"}, settings).request.timeout == 30
+    assert (
+        parse_code_exec({"code": "1", "background": True}, settings, CALLER).request.timeout == 300
+    )
+    assert parse_code_exec({"code": "1"}, settings, CALLER).request.timeout == 30
     lower = Settings(max_timeout=60)
-    assert parse_code_exec({"code": "1", "timeout": 10_000}, lower).request.timeout == 60
+    assert parse_code_exec({"code": "1", "timeout": 10_000}, lower, CALLER).request.timeout == 60
 
 
 # --- code_exec working_dir: workspaces, users and admins ---------------------------------

@@ -29,7 +29,8 @@ from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.session import Cell, KernelSession, StartCancelled, limits_from
 from gateway.models.common import now_rfc3339
 from gateway.models.languages import traits
-from gateway.runs.models import RunRecord, StagedFile
+from gateway.models.record import RunRecord
+from gateway.models.request import StagedFile
 from gateway.sandbox.base import ReadLimits, SandboxSpec
 from gateway.settings import Settings
 

@@ -21,9 +21,9 @@ from gateway.execution.program import Program
 from gateway.execution.session import Cell
 from gateway.execution.textcap import HeadTailText
 from gateway.models.common import KillReason
+from gateway.models.ipynb import store_notebook
 from gateway.models.languages import traits
-from gateway.runs.models import RunRecord, Usage
-from gateway.runs.notebook import store_notebook
+from gateway.models.record import RunRecord, Usage
 from gateway.sandbox.base import Death, FilesRead, LimitEvent
 from gateway.settings import Settings
 

@@ -19,11 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.models.common import Language
-from gateway.models.languages import traits
-from gateway.runs.models import RunRequest, StagedFile
-from gateway.runs.notebook import notebook_metadata
-from gateway.runs.notebook_request import NotebookRequest, cell_source, is_code
-from gateway.sandbox.workspace import WorkspaceRef
+from gateway.models.languages import notebook_metadata, traits
+from gateway.models.notebook import cell_source, is_code
+from gateway.models.request import NotebookRequest, RunRequest, StagedFile, WorkspaceRef
 
 EXPECTED_ERROR_TAG = "raises-exception"
 SKIP_TAG = "skip-execution"

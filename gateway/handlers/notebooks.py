@@ -6,17 +6,15 @@ from __future__ import annotations
 import asyncio
 
 from gateway.handlers.base import BaseHandler
-from gateway.runs.notebook import record_to_notebook
-from gateway.runs.notebook_request import parse_notebook_request
+from gateway.models.ipynb import record_to_notebook
+from gateway.runs.requests import parse_notebook_request
 
 
 class NotebookRunHandler(BaseHandler):
     async def post(self) -> None:
         body = self.json_body()
         # nbformat's validator is CPU work that grows with the notebook: not on the loop
-        request = await asyncio.to_thread(
-            parse_notebook_request, body, self.settings_, user=self.user.user
-        )
+        request = await asyncio.to_thread(parse_notebook_request, body, self.settings_, self.user)
         record = await self.services.runs.run_notebook(request)
         notebook = await asyncio.to_thread(record_to_notebook, record)
         self.send_json({"notebook": notebook, "run": record.to_json()})

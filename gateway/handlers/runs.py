@@ -5,16 +5,14 @@ from __future__ import annotations
 import nbformat
 
 from gateway.handlers.base import BaseHandler
-from gateway.runs.notebook import record_to_notebook
-from gateway.runs.validation import parse_run_request
-from gateway.uploads.attach import check_archive
+from gateway.models.ipynb import record_to_notebook
+from gateway.runs.archives import check_archive
+from gateway.runs.requests import parse_run_request
 
 
 class RunsHandler(BaseHandler):
     async def post(self) -> None:
-        request = parse_run_request(
-            self.json_body(), self.settings_, user=self.user.user, role=self.user.role
-        )
+        request = parse_run_request(self.json_body(), self.settings_, self.user)
         await check_archive(self.services.uploads, request.archive, request.user)
         runs = self.services.runs
         if request.background:

@@ -32,10 +32,11 @@ from gateway.handlers.base import Services
 from gateway.handlers.origin import origin_allowed, refuse_foreign
 from gateway.handlers.outbox import Outbox
 from gateway.jsoncodec import dumps_utf8, parse_json
+from gateway.models.stream import MAX_REF_CHARS, RunMessage
+from gateway.runs.archives import check_archive
 from gateway.runs.bounds import bound_json
+from gateway.runs.requests import run_request
 from gateway.runs.service import ActiveRun
-from gateway.runs.validation import parse_run_request
-from gateway.uploads.attach import check_archive
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ OUTPUT_QUEUE_MESSAGES = 1024
 # Incoming messages are not read while more than this waits to be sent.
 HOLD_BYTES = 8 * MiB
 PING_INTERVAL = 30.0
-MAX_REF_CHARS = 256
 
 
 @dataclasses.dataclass
@@ -262,7 +262,7 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
             )
         if ref is not None and ref in self._refs:
             raise InvalidRequest(f"A run with ref {ref!r} is still in progress.", field="ref")
-        request = parse_run_request(data, self.settings_, user=self.user.user, role=self.user.role)
+        request = run_request(RunMessage.parse(data), self.settings_, self.user)
         await check_archive(self.services.uploads, request.archive, request.user)
         run = _Run(ref=ref)
         active = await self.services.runs.submit(

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
+from gateway.runs.archives import check_archive
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
 from gateway.tools.run_python import parse_run_python, run_python_answer
-from gateway.uploads.attach import check_archive
 
 
 class CodeRunToolHandler(BaseHandler):
     async def post(self) -> None:
-        call = parse_code_run(
-            self.json_body(), self.settings_, user=self.user.user, role=self.user.role
-        )
+        call = parse_code_run(self.json_body(), self.settings_, self.user)
         record = await self.services.runs.run(call.request)
         self.send_json(code_run_answer(call, record))
 
@@ -24,8 +22,7 @@ class RunPythonToolHandler(BaseHandler):
         call = parse_run_python(
             self.json_body(),
             self.settings_,
-            user=self.user.user,
-            role=self.user.role,
+            self.user,
             archives=self.services.uploads is not None,
         )
         request = call.request
@@ -36,9 +33,7 @@ class RunPythonToolHandler(BaseHandler):
 
 class CodeExecToolHandler(BaseHandler):
     async def post(self) -> None:
-        call = parse_code_exec(
-            self.json_body(), self.settings_, user=self.user.user, role=self.user.role
-        )
+        call = parse_code_exec(self.json_body(), self.settings_, self.user)
         runs = self.services.runs
         if call.request.background:
             active = await runs.submit(call.request)

@@ -11,10 +11,10 @@ pydantic `ValidationError` into the API's error shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from gateway.errors import (
@@ -29,9 +29,11 @@ from gateway.errors import (
 from gateway.models.common import LANGUAGES
 
 B = TypeVar("B", bound="Body")
+T = TypeVar("T")
 
 # Our error codes a validator may raise as a PydanticCustomError type.
 _CODES: dict[str, type[GatewayError]] = {
+    "invalid_request": InvalidRequest,
     "invalid_path": InvalidPath,
     "unsupported_language": UnsupportedLanguage,
     "conflicting_fields": ConflictingFields,
@@ -58,6 +60,14 @@ class Body(BaseModel):
         strict=True, extra="forbid", allow_inf_nan=False, populate_by_name=True
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_omitted(cls, data: Any) -> Any:
+        """An explicit null is the same as leaving the field out (at every level)."""
+        if isinstance(data, Mapping):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
     @classmethod
     def parse(cls: type[B], data: Any, prefix: str = "") -> B:
         """Validate decoded JSON; every problem is the API's GatewayError."""
@@ -65,10 +75,8 @@ class Body(BaseModel):
             raise InvalidRequest(
                 "The request body must be a JSON object.", field=prefix.rstrip(".") or None
             )
-        # an explicit null is the same as leaving the field out
-        present = {key: value for key, value in data.items() if value is not None}
         try:
-            return cls.model_validate(present)
+            return cls.model_validate(data)
         except ValidationError as exc:
             raise translate(exc, prefix) from None
 
@@ -112,3 +120,12 @@ def translate(exc: ValidationError, prefix: str = "") -> GatewayError:
 def refuse(code: str, message: str) -> PydanticCustomError:
     """A validator's error with one of our codes (see the module docstring)."""
     return PydanticCustomError(code, message)
+
+
+def checked(validate: Callable[[T], T], value: T, field: str) -> T:
+    """Run one of the models' validators outside a model (an archive's entry names are
+    paths too): its error becomes the API's, naming `field`."""
+    try:
+        return validate(value)
+    except PydanticCustomError as exc:
+        raise _CODES.get(exc.type, InvalidRequest)(exc.message(), field=field) from None

@@ -1,10 +1,10 @@
 """What differs between the languages a run can be in: the one place for it.
 
 The executor, the session, the outcome and the sandboxes ask these properties instead of
-testing a language's name, so a language is added here (plus its kernel's command line in
-`gateway.sandbox.kernelspec`, its notebook metadata in `gateway.runs.notebook` and the
-names a notebook may give it in `gateway.runs.notebook_request`). Pools are per kernel:
-one Deno kernel serves JavaScript and TypeScript.
+testing a language's name, so a language is added here (its traits, its notebook
+metadata, the names a notebook may give it) plus its kernel's command line in
+`gateway.sandbox.kernelspec`. Pools are per kernel: one Deno kernel serves JavaScript and
+TypeScript.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.models.common import Language
 
@@ -73,3 +73,50 @@ def entrypoint_source(language: Language, path: str) -> str:
         return f"bash {shlex.quote(path)}"
     # a module of its own: its globals (`globalThis`) are the notebook's
     return f"await import({json.dumps('./' + path)});"
+
+
+# A notebook's metadata for each language (what a run exported as .ipynb says).
+KERNELSPECS: dict[str, dict[str, Any]] = {
+    "python": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python", "file_extension": ".py", "mimetype": "text/x-python"},
+    },
+    "bash": {
+        "kernelspec": {"name": "bash", "display_name": "Bash", "language": "bash"},
+        "language_info": {"name": "bash", "file_extension": ".sh", "mimetype": "text/x-sh"},
+    },
+    # Deno's kernel (`deno jupyter --install` names it "deno") runs both
+    "typescript": {
+        "kernelspec": {"name": "deno", "display_name": "Deno", "language": "typescript"},
+        "language_info": {
+            "name": "typescript",
+            "file_extension": ".ts",
+            "mimetype": "text/x.typescript",
+        },
+    },
+    "javascript": {
+        "kernelspec": {"name": "deno", "display_name": "Deno", "language": "javascript"},
+        "language_info": {
+            "name": "javascript",
+            "file_extension": ".js",
+            "mimetype": "text/javascript",
+        },
+    },
+}
+
+
+def notebook_metadata(language: str) -> dict[str, Any]:
+    return {key: dict(value) for key, value in KERNELSPECS[language].items()}
+
+
+# Kernel names and languages a notebook may name, and the language that runs it.
+KERNEL_LANGUAGES: dict[str, Language] = {
+    "python": "python",
+    "python3": "python",
+    "ipython": "python",
+    "ipython3": "python",
+    "bash": "bash",
+    "typescript": "typescript",
+    "deno": "typescript",  # the kernel name `deno jupyter --install` gives
+    "javascript": "javascript",
+}

@@ -14,11 +14,18 @@ import re
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic import model_validator as model_check
 
-from gateway.errors import ConflictingFields, InvalidRequest
-from gateway.models.base import Body, refuse
+from gateway.errors import ConflictingFields, InvalidPath, InvalidRequest
+from gateway.models.base import Body, checked, refuse
 from gateway.models.common import Language
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -48,12 +55,61 @@ def return_pattern(pattern: str) -> str:
     return pattern
 
 
+def folder_path(path: str) -> str:
+    """`working_dir`: any non-empty path without NUL (where it may point is policy)."""
+    if not path or "\x00" in path:
+        raise refuse("invalid_path", "`working_dir` must be a non-empty path.")
+    return path
+
+
 RelativePath = Annotated[str, AfterValidator(relative_path)]
+FolderPath = Annotated[str, AfterValidator(folder_path)]
+
+
+def checked_path(value: Any, field: str) -> str:
+    """`relative_path` for a value outside a model (a tool's argument, an archive entry)."""
+    if not isinstance(value, str):
+        raise InvalidPath("A path must be a non-empty string.", field=field)
+    return checked(relative_path, value, field)
+
+
 ReturnPattern = Annotated[str, AfterValidator(return_pattern)]
 
 
+def environment(env: dict[str, Any]) -> dict[str, Any]:
+    for key, value in env.items():
+        if not isinstance(value, str) or not ENV_NAME.match(key):
+            raise refuse(
+                "invalid_request",
+                f"`env` needs valid variable names and string values; {key!r} is not.",
+            )
+        if "\x00" in value:
+            raise refuse("invalid_request", f"The value of {key!r} contains a NUL byte.")
+    return env
+
+
+def check_vars(vars: dict[str, Any], language: Language) -> None:
+    """Bash gets `vars` as shell variables: names and values must be ones a shell takes."""
+    if language != "bash":
+        return
+    for key, item in vars.items():
+        if not ENV_NAME.match(key):
+            raise InvalidRequest(f"{key!r} is not a valid bash variable name.", field="vars")
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise InvalidRequest(
+                f"The bash variable {key!r} must be a string or a number.", field="vars"
+            )
+        if isinstance(item, str) and "\x00" in item:
+            raise InvalidRequest(f"The value of {key!r} contains a NUL byte.", field="vars")
+
+
+Environment = Annotated[dict[str, Any], AfterValidator(environment)]
+
+
 class FileBody(Body):
-    """A file written into the working folder before the run."""
+    """A file written into the working folder before the run (other keys are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
 
     path: RelativePath = Field(description="relative; no `..`, no leading `/`, no NUL")
     encoding: Literal["utf-8", "base64"] = "utf-8"
@@ -93,24 +149,11 @@ class RunBody(Body):
     )
     archive: str | None = Field(None, min_length=1, description="an id from POST /v1/uploads")
     vars: dict[str, Any] | None = None
-    env: dict[str, Any] | None = None
+    env: Environment | None = None
     return_files: list[ReturnPattern] | None = None
     background: bool | None = None
     network: bool | None = None
-    working_dir: str | None = Field(None, min_length=1)
-
-    @field_validator("env")
-    @classmethod
-    def _environment(cls, env: dict[str, Any]) -> dict[str, Any]:
-        for key, value in env.items():
-            if not isinstance(value, str) or not ENV_NAME.match(key):
-                raise refuse(
-                    "invalid_request",
-                    f"`env` needs valid variable names and string values; {key!r} is not.",
-                )
-            if "\x00" in value:
-                raise refuse("invalid_request", f"The value of {key!r} contains a NUL byte.")
-        return env
+    working_dir: FolderPath | None = None
 
     @model_check(mode="after")
     def _code_or_entrypoint(self) -> RunBody:
@@ -120,14 +163,5 @@ class RunBody(Body):
             )
         if self.code is None and self.entrypoint is None:
             raise InvalidRequest("`code` (or `entrypoint`) is required.", field="code")
-        if self.language == "bash" and self.vars:
-            for key, item in self.vars.items():
-                if not ENV_NAME.match(key):
-                    raise InvalidRequest(
-                        f"{key!r} is not a valid bash variable name.", field="vars"
-                    )
-                if isinstance(item, bool) or not isinstance(item, str | int | float):
-                    raise InvalidRequest(
-                        f"The bash variable {key!r} must be a string or a number.", field="vars"
-                    )
+        check_vars(self.vars or {}, self.language)
         return self

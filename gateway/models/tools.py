@@ -10,7 +10,7 @@ import math
 import posixpath
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, ConfigDict, Field
 from pydantic import model_validator as model_check
 
 from gateway.errors import ConflictingFields, InvalidRequest
@@ -41,6 +41,16 @@ def in_code_run_workdir(path: str) -> str:
     return path
 
 
+def named_file(path: str) -> str:
+    """A `return_files` entry of code_run: a file's path (never a pattern), any non-empty
+    string without NUL."""
+    if not path:
+        raise refuse("invalid_request", "A path must be a non-empty string.")
+    if "\x00" in path:
+        raise refuse("invalid_path", "The path contains a NUL byte.")
+    return path
+
+
 def whole_seconds(value: float) -> float:
     if value != int(value):
         raise refuse("invalid_request", "`timeout_seconds` must be a whole number of seconds.")
@@ -61,17 +71,9 @@ class CodeRunArguments(Body):
         AfterValidator(whole_seconds),
     ] = CODE_RUN_TIMEOUT[2]
     files: list[CodeRunFile] | None = Field(None, max_length=CODE_RUN_MAX_FILES)
-    return_files: list[Annotated[str, Field(min_length=1)]] | None = Field(
+    return_files: list[Annotated[str, AfterValidator(named_file)]] | None = Field(
         None, max_length=CODE_RUN_MAX_RETURN_FILES
     )
-
-    @field_validator("return_files")
-    @classmethod
-    def _no_nul(cls, paths: list[str]) -> list[str]:
-        for path in paths:
-            if "\x00" in path:
-                raise refuse("invalid_path", "The path contains a NUL byte.")
-        return paths
 
 
 class CodeRunBody(Body):

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.execution.errorcap import clip_middle
-from gateway.runs.models import RunRecord
+from gateway.models.record import RunRecord
 
 NOTE_CHARS = 1000
 MAX_NOTES = 100
@@ -168,7 +168,6 @@ def bound_record(record: RunRecord, max_bytes: int) -> None:
         f"The run record was over its limit of {max_bytes} bytes: its largest parts were "
         "cut (each says so where it was).",
     )
-    for field in dataclasses.fields(RunRecord):
-        name = field.name
+    for name in RunRecord.model_fields:
         if name in bounded and name != "usage" and bounded[name] is not data[name]:
             setattr(record, name, bounded[name])

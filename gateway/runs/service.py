@@ -19,14 +19,14 @@ from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
 from gateway.models.common import new_run_id
+from gateway.models.ipynb import store_notebook
+from gateway.models.record import RunRecord
+from gateway.models.request import NotebookRequest, RunRequest
+from gateway.runs.archives import archive_files
 from gateway.runs.bounds import bound_record
-from gateway.runs.models import RunRecord, RunRequest
-from gateway.runs.notebook import store_notebook
-from gateway.runs.notebook_request import NotebookRequest
 from gateway.runs.store import RecordQuota, RecordStore
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
-from gateway.uploads.attach import archive_files
 from gateway.uploads.store import UploadStore
 
 log = logging.getLogger(__name__)

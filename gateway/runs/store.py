@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.runs.models import RunRecord
+from gateway.models.record import RunRecord
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

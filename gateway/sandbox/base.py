@@ -34,8 +34,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 from gateway.models.common import Language
-from gateway.runs.models import StagedFile, Usage
-from gateway.sandbox.workspace import WorkspaceRef
+from gateway.models.record import Usage
+from gateway.models.request import StagedFile, WorkspaceRef
 
 LimitEvent = Literal["memory", "pids"]
 

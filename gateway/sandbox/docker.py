@@ -40,7 +40,8 @@ from docker.types import LogConfig, Mount
 
 import docker
 from gateway.errors import SandboxError
-from gateway.runs.models import StagedFile, Usage
+from gateway.models.record import Usage
+from gateway.models.request import StagedFile
 from gateway.sandbox.base import (
     Death,
     FilesRead,

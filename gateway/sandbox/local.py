@@ -39,7 +39,8 @@ from typing import Any
 import kernels
 from gateway.errors import SandboxError
 from gateway.models.languages import traits
-from gateway.runs.models import StagedFile, Usage
+from gateway.models.record import Usage
+from gateway.models.request import StagedFile
 from gateway.sandbox.base import (
     Death,
     FilesRead,

@@ -21,7 +21,7 @@ import stat
 from collections.abc import Sequence
 
 from gateway.errors import InvalidPath
-from gateway.runs.models import StagedFile
+from gateway.models.request import StagedFile
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

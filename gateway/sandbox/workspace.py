@@ -14,33 +14,15 @@ mounted or written (issue 8, hole 1).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import re
 from pathlib import Path, PurePosixPath
 
 from gateway.errors import InvalidPath
+from gateway.models.request import WorkspaceRef
 
 _UNSAFE_USER_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkspaceRef:
-    """A workspace folder: `root` (trusted, the operator's) / `parts` (checked names)."""
-
-    root: Path
-    parts: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        for part in self.parts:
-            if part in ("", ".", "..") or "/" in part or "\x00" in part:
-                raise ValueError(f"not a plain folder name: {part!r}")
-
-    @property
-    def path(self) -> Path:
-        """For messages only: never open this path (see the module docstring)."""
-        return self.root.joinpath(*self.parts)
 
 
 def user_folder(user: str) -> str:

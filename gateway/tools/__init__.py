@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.runs.models import RunRecord
+from gateway.models.record import RunRecord
 from gateway.terminal import strip_colors
 
 # A process ended by SIGKILL (memory, process or output limit) exits with 128 + 9.

@@ -14,28 +14,33 @@ on timeout nothing of the run is returned: `{success: false, error: "timeout", o
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
-from gateway.errors import InvalidRequest
-from gateway.runs.models import RunRecord, RunRequest
-from gateway.runs.validation import parse_run_request
+from gateway.auth import Principal
+from gateway.models.record import RunRecord
+from gateway.models.request import RunRequest
+from gateway.models.run import RunBody
+from gateway.models.tools import (
+    CODE_EXEC_BACKGROUND_TIMEOUT,
+    CODE_EXEC_NO_OUTPUT,
+    CODE_EXEC_STDERR_PREFIX,
+    CODE_EXEC_TIMEOUT,
+    CodeExecBody,
+    clamped_timeout,
+)
+from gateway.runs.requests import run_request
 from gateway.settings import Settings
 from gateway.tools import (
     kill_sentence,
     prefix_stderr,
     process_exit_code,
     program_chunks,
-    reject_unknown,
-    require_object,
 )
 
-FIELDS = frozenset({"code", "working_dir", "timeout", "background"})
-DEFAULT_TIMEOUT = 30.0
-BACKGROUND_TIMEOUT = 300.0
-MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 300.0
-STDERR_PREFIX = "[stderr] "
-NO_OUTPUT = "(no output)"
+BACKGROUND_TIMEOUT = CODE_EXEC_BACKGROUND_TIMEOUT
+DEFAULT_TIMEOUT = CODE_EXEC_TIMEOUT[2]
+STDERR_PREFIX = CODE_EXEC_STDERR_PREFIX
+NO_OUTPUT = CODE_EXEC_NO_OUTPUT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,41 +48,25 @@ class CodeExecCall:
     request: RunRequest
 
 
-def parse_code_exec(
-    body: Any, settings: Settings, *, user: str = "anonymous", role: str = "admin"
-) -> CodeExecCall:
+def parse_code_exec(data: Any, settings: Settings, caller: Principal) -> CodeExecCall:
     """Validate a code_exec body (the timeout is clamped, never a 400)."""
-    body = require_object(body, None, "The request body")
-    reject_unknown(body, FIELDS, "")
-    code = body.get("code")
-    if not isinstance(code, str):
-        raise InvalidRequest("`code` (Python source, a string) is required.", field="code")
-    background = body.get("background", False)
-    if background is None:
-        background = False
-    run_body = {
-        "code": code,
+    body = CodeExecBody.parse(data)
+    background = bool(body.background)
+    run = {
+        "code": body.code,
         "language": "python",
-        "timeout": exec_timeout(body.get("timeout"), background is True),
-        "working_dir": body.get("working_dir"),
+        "timeout": exec_timeout(body.timeout, background),
+        "working_dir": body.working_dir,
         "background": background,
     }
-    return CodeExecCall(request=parse_run_request(run_body, settings, user=user, role=role))
+    return CodeExecCall(request=run_request(RunBody.parse(run), settings, caller))
 
 
 def exec_timeout(value: Any, background: bool) -> float:
     """The manual's clamp: 0 -> 1, 10000 -> 300, non-numeric -> 30, none when detached -> 300."""
     if value is None:
         return BACKGROUND_TIMEOUT if background else DEFAULT_TIMEOUT
-    if isinstance(value, bool):
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return DEFAULT_TIMEOUT
-    if math.isnan(seconds):
-        return DEFAULT_TIMEOUT
-    return min(max(seconds, MIN_TIMEOUT), MAX_TIMEOUT)
+    return float(clamped_timeout(value))
 
 
 def code_exec_answer(call: CodeExecCall, record: RunRecord) -> dict[str, Any]:

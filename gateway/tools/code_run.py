@@ -18,32 +18,28 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.errors import InvalidPath, InvalidRequest
-from gateway.runs.models import RunRecord, RunRequest
-from gateway.runs.validation import check_relative_path, parse_run_request
+from gateway.auth import Principal
+from gateway.models.record import RunRecord
+from gateway.models.request import RunRequest
+from gateway.models.run import RunBody
+from gateway.models.tools import (
+    CODE_RUN_OUTPUT,
+    CODE_RUN_RETURN_FILE_BYTES,
+    CODE_RUN_RETURN_TOTAL_BYTES,
+    CodeRunBody,
+    in_code_run_workdir,
+)
+from gateway.runs.requests import run_request
 from gateway.settings import Settings
 from gateway.tools import (
     kill_sentence,
     process_exit_code,
     program_chunks,
-    reject_unknown,
     renamed_fields,
-    require_object,
-    timeout_in_range,
 )
 
 TOOL = "code_run"
-TOOL_WORKDIR = "/home/daytona"  # the manual's working directory
-ARGUMENTS = frozenset({"code", "language", "timeout_seconds", "files", "return_files"})
-FILE_FIELDS = frozenset({"path", "content"})
-DEFAULT_TIMEOUT = 30
-MIN_TIMEOUT, MAX_TIMEOUT = 1, 120
-MAX_FILES = 10
-MAX_FILE_CHARS = 1_000_000
-MAX_RETURN_FILES = 10
-RETURN_FILE_BYTES = 1_000_000  # "1 MB" per returned file
-RETURN_TOTAL_BYTES = 2_000_000  # "2 MB in all"
-OUTPUT_LIMIT, OUTPUT_HEAD, OUTPUT_TAIL = 50_000, 10_000, 40_000
+OUTPUT_LIMIT, OUTPUT_HEAD, OUTPUT_TAIL = CODE_RUN_OUTPUT
 
 _RENAMES = {
     "code": "arguments.code",
@@ -69,105 +65,29 @@ class CodeRunCall:
     return_files: tuple[ReturnFile, ...] = ()
 
 
-def parse_code_run(
-    body: Any, settings: Settings, *, user: str = "anonymous", role: str = "admin"
-) -> CodeRunCall:
+def parse_code_run(body: Any, settings: Settings, caller: Principal) -> CodeRunCall:
     """Validate a code_run body; every violation is a 400 naming `arguments.<field>`."""
-    envelope = require_object(body, None, "The request body")
-    arguments = require_object(
-        envelope.get("arguments"), "arguments", "`arguments` (the tool's arguments)"
-    )
-    reject_unknown(arguments, ARGUMENTS, "arguments.")
-    code = arguments.get("code")
-    if not isinstance(code, str):
-        raise InvalidRequest("`arguments.code` (a string) is required.", field="arguments.code")
-    return_files = _return_files(arguments.get("return_files"))
+    arguments = CodeRunBody.parse(body).arguments
+    return_files = tuple(_return_file(asked) for asked in arguments.return_files or ())
     run_body = {
-        "code": code,
-        "language": arguments.get("language"),
-        "timeout": _timeout(arguments.get("timeout_seconds")),
-        "files": _files(arguments.get("files")),
+        "code": arguments.code,
+        "language": arguments.language,
+        "timeout": arguments.timeout_seconds,
+        "files": [{"path": f.path, "content": f.content} for f in arguments.files or ()] or None,
         "return_files": list(dict.fromkeys(r.pattern for r in return_files)) or None,
     }
     with renamed_fields(_RENAMES):
-        request = parse_run_request(run_body, settings, user=user, role=role)
+        request = run_request(RunBody.parse(run_body), settings, caller)
     return CodeRunCall(request=request, return_files=return_files)
 
 
-def _timeout(value: Any) -> int:
-    field = "arguments.timeout_seconds"
-    return int(
-        timeout_in_range(value, DEFAULT_TIMEOUT, MIN_TIMEOUT, MAX_TIMEOUT, field, whole=True)
-    )
-
-
-def _in_workdir(path: str) -> str:
-    """`/home/daytona/x` -> `x`; anything else unchanged."""
-    if path.startswith("/"):
-        normal = posixpath.normpath(path)
-        if normal == TOOL_WORKDIR:
-            return "."
-        if normal.startswith(TOOL_WORKDIR + "/"):
-            return normal[len(TOOL_WORKDIR) + 1 :]
-    return path
-
-
-def _files(value: Any) -> list[dict[str, str]] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise InvalidRequest("`files` must be a list of {path, content}.", field="arguments.files")
-    if len(value) > MAX_FILES:
-        raise InvalidRequest(
-            f"{len(value)} files given; at most {MAX_FILES} are allowed.", field="arguments.files"
-        )
-    files = []
-    for index, item in enumerate(value):
-        field = f"arguments.files[{index}]"
-        item = require_object(item, field, "Each file")
-        reject_unknown(item, FILE_FIELDS, f"{field}.")
-        content = item.get("content")
-        if not isinstance(content, str):
-            raise InvalidRequest("`content` (text) is required.", field=f"{field}.content")
-        if len(content) > MAX_FILE_CHARS:
-            raise InvalidRequest(
-                f"The file has {len(content)} characters; at most {MAX_FILE_CHARS:,} are allowed.",
-                field=f"{field}.content",
-            )
-        raw = item.get("path")
-        path = check_relative_path(
-            _in_workdir(raw) if isinstance(raw, str) else raw, f"{field}.path"
-        )
-        files.append({"path": path, "content": content})
-    return files
-
-
-def _return_files(value: Any) -> tuple[ReturnFile, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
-        raise InvalidRequest(
-            "`return_files` must be a list of paths.", field="arguments.return_files"
-        )
-    if len(value) > MAX_RETURN_FILES:
-        raise InvalidRequest(
-            f"{len(value)} return_files given; at most {MAX_RETURN_FILES} are allowed.",
-            field="arguments.return_files",
-        )
-    entries = []
-    for index, asked in enumerate(value):
-        if "\x00" in asked:
-            raise InvalidPath(
-                "The path contains a NUL byte.", field=f"arguments.return_files[{index}]"
-            )
-        path = _in_workdir(asked)
-        if path.startswith("/"):  # the pipeline reads it if it is inside the working folder
-            entries.append(ReturnFile(asked, path, path))
-            continue
-        literal = posixpath.normpath(path)
-        # code_run names files, never patterns: glob characters are escaped
-        entries.append(ReturnFile(asked, glob.escape(literal), literal))
-    return tuple(entries)
+def _return_file(asked: str) -> ReturnFile:
+    path = in_code_run_workdir(asked)
+    if path.startswith("/"):  # the pipeline reads it if it is inside the working folder
+        return ReturnFile(asked, path, path)
+    literal = posixpath.normpath(path)
+    # code_run names files, never patterns: glob characters are escaped
+    return ReturnFile(asked, glob.escape(literal), literal)
 
 
 # --- the answer ---------------------------------------------------------------------------
@@ -242,20 +162,20 @@ def returned_files(
 ) -> list[dict[str, Any]]:
     """One entry per asked path, in order, with the manual's per-file and total limits."""
     by_path = {str(entry.get("path")): entry for entry in read}
-    budget = RETURN_TOTAL_BYTES
+    budget = CODE_RUN_RETURN_TOTAL_BYTES
     answer = []
     for item in asked:
         entry = _entry_for(item, by_path, bool(read))
         size = entry.get("size")
         if "content" in entry and isinstance(size, int):
-            if size > RETURN_FILE_BYTES:
+            if size > CODE_RUN_RETURN_FILE_BYTES:
                 entry = _too_large(item.asked, size)
             elif size > budget:
                 entry = {
                     "path": item.asked,
                     "size": size,
                     "error": f"not returned: all files together may have at most "
-                    f"{RETURN_TOTAL_BYTES} bytes",
+                    f"{CODE_RUN_RETURN_TOTAL_BYTES} bytes",
                 }
             else:
                 budget -= size
@@ -265,7 +185,7 @@ def returned_files(
                     "encoding": entry.get("encoding", "utf-8"),
                     "content": entry.get("content", ""),
                 }
-        elif isinstance(size, int) and size > RETURN_FILE_BYTES:
+        elif isinstance(size, int) and size > CODE_RUN_RETURN_FILE_BYTES:
             entry = _too_large(item.asked, size)
         else:
             entry = {"path": item.asked, "size": size, "error": entry.get("error", "not found")}
@@ -277,7 +197,7 @@ def _too_large(path: str, size: int) -> dict[str, Any]:
     return {
         "path": path,
         "size": size,
-        "error": f"larger than the limit of {RETURN_FILE_BYTES} bytes",
+        "error": f"larger than the limit of {CODE_RUN_RETURN_FILE_BYTES} bytes",
     }
 
 

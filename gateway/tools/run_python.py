@@ -19,9 +19,12 @@ import dataclasses
 import json
 from typing import Any
 
+from gateway.auth import Principal
 from gateway.errors import ConflictingFields, Forbidden, InvalidRequest
-from gateway.runs.models import RunRecord, RunRequest
-from gateway.runs.validation import check_relative_path, parse_run_request
+from gateway.models.record import RunRecord
+from gateway.models.request import RunRequest
+from gateway.models.run import checked_path
+from gateway.runs.requests import parse_run_request
 from gateway.settings import Settings
 from gateway.tools import (
     cut_bytes,
@@ -64,9 +67,8 @@ class RunPythonCall:
 def parse_run_python(
     body: Any,
     settings: Settings,
+    caller: Principal,
     *,
-    user: str = "anonymous",
-    role: str = "admin",
     archives: bool = False,
 ) -> RunPythonCall:
     """Validate a run_python body. `archives`: an upload store exists to unpack
@@ -125,7 +127,7 @@ def parse_run_python(
         "timeout": _timeout(params.get("timeout_seconds")),
     }
     with renamed_fields(_RENAMES):
-        request = parse_run_request(run_body, settings, user=user, role=role)
+        request = parse_run_request(run_body, settings, caller)
     request = dataclasses.replace(request, network=False, memory_bytes=MEMORY_BYTES)
     return RunPythonCall(request=request)
 
@@ -150,7 +152,7 @@ def _files(files: Any, envelope: Any) -> list[dict[str, str]]:
     staged = []
     for path, content in files.items():
         field = f"params.files[{json.dumps(path)}]"
-        check_relative_path(path, field)
+        checked_path(path, field)
         if not isinstance(content, str):
             raise InvalidRequest("A file's content must be a string.", field=field)
         size = len(content.encode("utf-8", "surrogatepass"))

@@ -15,8 +15,8 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from gateway.errors import GatewayError, InvalidPath, InvalidRequest, PayloadTooLarge
-from gateway.runs.models import StagedFile
-from gateway.runs.validation import check_relative_path
+from gateway.models.request import StagedFile
+from gateway.models.run import checked_path
 from gateway.settings import Settings
 
 Format = Literal["zip", "tar.gz"]
@@ -162,7 +162,7 @@ def entry_path(name: str) -> str | None:
     if len(path.encode()) > MAX_PATH_BYTES or any(len(p.encode()) > MAX_NAME_BYTES for p in parts):
         raise invalid(f"The entry name {name!r} is too long for a file system.")
     try:
-        return check_relative_path(path, "archive")
+        return checked_path(path, "archive")
     except InvalidPath as exc:
         raise invalid(f"The entry {name!r} has an unusable path: {exc.message}") from exc
 

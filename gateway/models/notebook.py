@@ -1,85 +1,56 @@
-"""A validated `POST /v1/notebooks/run` body (`NotebookRequest`), and the rules that make one.
+"""`POST /v1/notebooks/run`: the body as the API defines it, and the notebook in it.
 
 The body is a notebook itself (it has `nbformat` at the top) or `{notebook, timeout,
-cell_timeout, allow_errors, files, return_files}`. The notebook is checked by nbformat's own
-validator (older formats are converted to v4 first, as Jupyter does), so a 400 carries
-nbformat's reason. Validating a large notebook is CPU work: handlers call
-`parse_notebook_request` in a thread.
+cell_timeout, allow_errors, files, return_files, vars, env, network}`. The notebook is
+checked by nbformat's own validator (older formats are converted to v4 first, as Jupyter
+does), so a 400 carries nbformat's reason. Validating a large notebook is CPU work:
+handlers parse in a thread.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import secrets
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 import nbformat
+from pydantic import Field
 
-from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedLanguage
+from gateway.errors import InvalidRequest, UnsupportedLanguage
+from gateway.models.base import Body
 from gateway.models.common import LANGUAGES, Language
-from gateway.runs.models import StagedFile
-from gateway.runs.notebook import notebook_metadata
-from gateway.runs.validation import (
-    parse_env,
-    parse_files,
-    parse_network,
-    parse_return_files,
-    parse_timeout,
-    parse_vars,
-)
-from gateway.settings import Settings
+from gateway.models.languages import KERNEL_LANGUAGES, notebook_metadata
+from gateway.models.run import Environment, FileBody, ReturnPattern
 
-NOTEBOOK_FIELDS = frozenset(
-    {
-        "notebook",
-        "timeout",
-        "cell_timeout",
-        "allow_errors",
-        "files",
-        "return_files",
-        "vars",
-        "env",
-        "network",
-    }
-)
-# Kernel names and languages a notebook may name, and the kernel that runs it.
-KERNEL_LANGUAGES: dict[str, Language] = {
-    "python": "python",
-    "python3": "python",
-    "ipython": "python",
-    "ipython3": "python",
-    "bash": "bash",
-    "typescript": "typescript",
-    "deno": "typescript",  # the kernel name `deno jupyter --install` gives
-    "javascript": "javascript",
-}
 _REASON_CHARS = 500
 
 
-@dataclasses.dataclass(frozen=True)
-class NotebookRequest:
-    """A notebook to replay in one fresh kernel, with its outputs already cleared."""
+class NotebookBody(Body):
+    """A notebook to replay in one fresh kernel, and how (docs/API.md)."""
 
-    notebook: dict[str, Any]  # valid nbformat v4; code cells have no outputs yet
-    language: Language
-    timeout: float = 30.0  # for all cells together, from the first cell's start
-    cell_timeout: float = 30.0  # for each cell (a cell gets at most the time left)
+    notebook: dict[str, Any] | str = Field(description="nbformat v4 (or older), or its JSON text")
+    timeout: float | None = Field(None, description="seconds for all cells together")
+    cell_timeout: float | None = Field(None, description="seconds per cell (default: timeout)")
     allow_errors: bool = False
-    files: tuple[StagedFile, ...] = ()
-    return_files: tuple[str, ...] = ()
-    vars: dict[str, Any] = dataclasses.field(default_factory=dict)
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
-    network: bool = False
-    user: str = "anonymous"
-    notes: tuple[str, ...] = ()
+    files: list[FileBody] | None = None
+    return_files: list[ReturnPattern] | None = None
+    vars: dict[str, Any] | None = None
+    env: Environment | None = None
+    network: bool | None = None
 
-    @property
-    def code(self) -> str:
-        """Every code cell's source, in order, as one text (kept with the record)."""
-        return "\n\n".join(cell_source(c) for c in self.notebook["cells"] if is_code(c))
+    @classmethod
+    def read(cls, data: Any) -> NotebookBody:
+        """The body as sent: a bare notebook is `{"notebook": <it>}`."""
+        if isinstance(data, Mapping) and "nbformat" in data:
+            data = {"notebook": data}
+        elif not isinstance(data, Mapping) or data.get("notebook") is None:
+            raise InvalidRequest(
+                "Send a notebook (with `cells` and `nbformat`) or {notebook, timeout, ...}.",
+                field="notebook",
+            )
+        return cls.parse(data)
 
 
 def is_code(cell: Mapping[str, Any]) -> bool:
@@ -91,62 +62,18 @@ def cell_source(cell: Mapping[str, Any]) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
 
 
-def parse_notebook_request(
-    body: Any, settings: Settings, *, user: str = "anonymous"
-) -> NotebookRequest:
-    """Validate a `POST /v1/notebooks/run` body (already JSON-decoded)."""
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("The request body must be a notebook or a JSON object.")
-    if "nbformat" in body:  # the notebook itself (a v3 one has `worksheets`, not `cells`)
-        options: Mapping[str, Any] = {}
-        raw = body
-    elif "notebook" in body:
-        unknown = sorted(set(body) - NOTEBOOK_FIELDS)
-        if unknown:
-            raise InvalidRequest(f"Unknown field(s): {', '.join(unknown)}.", field=unknown[0])
-        options, raw = body, body["notebook"]
-    else:
-        raise InvalidRequest(
-            "Send a notebook (with `cells` and `nbformat`) or {notebook, timeout, ...}.",
-            field="notebook",
-        )
-    notes: list[str] = []
-    notebook = read_notebook(raw, notes)
-    language = notebook_language(notebook["metadata"])
-    code_bytes = sum(
-        len(cell_source(c).encode("utf-8", "surrogatepass"))
-        for c in notebook["cells"]
-        if is_code(c)
-    )
-    if code_bytes > settings.max_code_bytes:
-        raise PayloadTooLarge(
-            f"The notebook's cells hold more than {settings.max_code_bytes} bytes of source.",
-            field="notebook",
-        )
-    timeout = parse_timeout(options.get("timeout"), settings, notes)
-    cell_timeout = (
-        timeout
-        if options.get("cell_timeout") is None
-        else parse_timeout(options["cell_timeout"], settings, notes, field="cell_timeout")
-    )
-    allow_errors = options.get("allow_errors", False)
-    if not isinstance(allow_errors, bool):
-        raise InvalidRequest("`allow_errors` must be true or false.", field="allow_errors")
-    network = parse_network(options.get("network"), settings)
-    return NotebookRequest(
-        notebook=_cleared(notebook, language),
-        language=language,
-        timeout=timeout,
-        cell_timeout=cell_timeout,
-        allow_errors=allow_errors,
-        files=parse_files(options.get("files"), settings),
-        return_files=parse_return_files(options.get("return_files"), settings),
-        vars=parse_vars(options.get("vars"), language),
-        env=parse_env(options.get("env")),
-        network=network,
-        user=user,
-        notes=tuple(notes),
-    )
+def cleared(notebook: dict[str, Any], language: Language) -> dict[str, Any]:
+    """The notebook as it is before a replay: no outputs, no execution counts, sources as
+    text, and kernel metadata set when it had none (so the result opens in JupyterLab)."""
+    for cell in notebook["cells"]:
+        cell["source"] = cell_source(cell)
+        if is_code(cell):
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    metadata = notebook["metadata"]
+    for key, value in notebook_metadata(language).items():
+        metadata.setdefault(key, value)
+    return notebook
 
 
 def read_notebook(raw: Any, notes: list[str]) -> dict[str, Any]:
@@ -259,17 +186,3 @@ def notebook_language(metadata: Mapping[str, Any]) -> Language:
                 )
             return language
     return "python"
-
-
-def _cleared(notebook: dict[str, Any], language: Language) -> dict[str, Any]:
-    """The notebook as it is before a replay: no outputs, no execution counts, sources as
-    text, and kernel metadata set when it had none (so the result opens in JupyterLab)."""
-    for cell in notebook["cells"]:
-        cell["source"] = cell_source(cell)
-        if is_code(cell):
-            cell["outputs"] = []
-            cell["execution_count"] = None
-    metadata = notebook["metadata"]
-    for key, value in notebook_metadata(language).items():
-        metadata.setdefault(key, value)
-    return notebook

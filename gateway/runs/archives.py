@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 
 from gateway.errors import Forbidden, GatewayError, InvalidPath
 from gateway.execution.program import Program
-from gateway.runs.models import StagedFile
+from gateway.models.request import StagedFile
 from gateway.uploads.archives import Unpacked
 from gateway.uploads.store import UploadStore
 

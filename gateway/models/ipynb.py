@@ -14,39 +14,8 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from gateway.runs.models import RunRecord
-
-KERNELSPECS: dict[str, dict[str, Any]] = {
-    "python": {
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-        "language_info": {"name": "python", "file_extension": ".py", "mimetype": "text/x-python"},
-    },
-    "bash": {
-        "kernelspec": {"name": "bash", "display_name": "Bash", "language": "bash"},
-        "language_info": {"name": "bash", "file_extension": ".sh", "mimetype": "text/x-sh"},
-    },
-    # Deno's kernel (`deno jupyter --install` names it "deno") runs both
-    "typescript": {
-        "kernelspec": {"name": "deno", "display_name": "Deno", "language": "typescript"},
-        "language_info": {
-            "name": "typescript",
-            "file_extension": ".ts",
-            "mimetype": "text/x.typescript",
-        },
-    },
-    "javascript": {
-        "kernelspec": {"name": "deno", "display_name": "Deno", "language": "javascript"},
-        "language_info": {
-            "name": "javascript",
-            "file_extension": ".js",
-            "mimetype": "text/javascript",
-        },
-    },
-}
-
-
-def notebook_metadata(language: str) -> dict[str, Any]:
-    return {key: dict(value) for key, value in KERNELSPECS[language].items()}
+from gateway.models.languages import notebook_metadata
+from gateway.models.record import RunRecord
 
 
 def store_notebook(record: RunRecord, notebook: dict[str, Any]) -> None:

@@ -1,0 +1,140 @@
+"""The run record: everything a client learns about one run (`RunRecord`), as one pydantic
+model whose JSON is the API's answer and whose JSON Schema is the document's `RunRecord`.
+
+The record is built up while the run goes on (the executor, the outcome and the service
+set its fields), so assignments are not validated; what it holds came from our own code.
+Outputs, charts, returned files and the error are plain JSON objects (nbformat's own
+schema describes outputs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from gateway.models.common import FINAL_STATUSES, KillReason, Language, Status, now_rfc3339
+
+
+class Usage(BaseModel):
+    """What the run's sandbox used."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wall_ms: int = Field(
+        0, ge=0, description="from the start of the run (sandbox start included) to its end"
+    )
+    cpu_ms: int | None = Field(None, ge=0)
+    peak_memory_bytes: int | None = Field(None, ge=0)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+# The gateway's own fields: stored with the record, never sent.
+PRIVATE_FIELDS = frozenset({"user", "code", "created_at", "notebook", "result_note"})
+
+
+class RunRecord(BaseModel):
+    """Everything known about one run. The same object is the answer of POST /v1/runs,
+    GET and DELETE /v1/runs/{id}, the `run` of a WebSocket `done` message and of
+    POST /v1/notebooks/run."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    language: Language
+    status: Status = "queued"
+    exit_code: int | None = Field(
+        None,
+        description=(
+            "0 on success; Python: 1 for an uncaught exception, n for `sys.exit(n)`; bash: "
+            "the script's `$?`; 128+signal when the kernel died; null when the run timed "
+            "out, was killed or cancelled, or has not finished"
+        ),
+    )
+    stdout: str = ""
+    stderr: str = ""
+    output: str = Field("", description="stdout and stderr as they arrived")
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    output_truncated: bool = Field(
+        False,
+        description=(
+            "Each of stdout, stderr and output is kept up to the operator's cap (default 1 "
+            "MiB): the first and the last half of the cap are kept and `[... N bytes "
+            "truncated ...]` marks the cut. Output far past the cap (default 64 MiB in all) "
+            "kills the run (`kill_reason: output_limit`)."
+        ),
+    )
+    outputs: list[dict[str, Any]] = Field(default_factory=list)
+    result: Any = Field(
+        None,
+        description=(
+            "Python: the value of the global `result`, else of `output`, after the run, when "
+            "it is JSON-serialisable (numpy values and arrays, pandas objects are converted "
+            "with `tolist()`/`to_dict()`); else null and a note. Also null with a note when "
+            "its JSON is larger than `result_cap_bytes` (default 4 MiB) or nested more than "
+            "`max_json_depth` levels deep. Null for bash and for runs that did not finish."
+        ),
+    )
+    error: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "The uncaught error. Its `evalue` and its `traceback` (in all) are each cut to "
+            "`error_cap_bytes` (default 256 KiB) as they arrive, head and tail kept, and its "
+            "`ename` to 1 KiB; the error output in `outputs` is the same cut error."
+        ),
+    )
+    charts: list[dict[str, Any]] = Field(default_factory=list)
+    files: list[dict[str, Any]] = Field(default_factory=list)
+    timed_out: bool = False
+    kill_reason: KillReason | None = None
+    usage: Usage = Field(default_factory=Usage)
+    started_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    finished_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    notes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "sentences about anything clamped, truncated or not returned; each at most 1000 "
+            "characters, at most 100 of them"
+        ),
+    )
+    # --- the gateway's own (PRIVATE_FIELDS): stored, never sent
+    user: str = Field("anonymous", exclude=True)
+    code: str = Field("", exclude=True)
+    created_at: str = Field(default_factory=now_rfc3339, exclude=True)
+    # a replay's cells without outputs (`gateway.models.ipynb`)
+    notebook: dict[str, Any] | None = Field(None, exclude=True)
+    # why the code's `result` was not returned, as a fact (the tools report it their way)
+    result_note: str | None = Field(None, exclude=True)
+
+    @computed_field(description='`status == "succeeded"`')  # type: ignore[prop-decorator]
+    @property
+    def success(self) -> bool:
+        return self.status == "succeeded"
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's run record. Its values are the record's own (no deep copy: a record
+        may hold 64 MiB of outputs, and this runs on the event loop)."""
+        data = {name: getattr(self, name) for name in PUBLIC_FIELDS}
+        data["success"] = self.success
+        data["usage"] = self.usage.to_json()
+        return data
+
+    def to_storage(self) -> dict[str, Any]:
+        """`to_json` plus what only the gateway needs (owner, code, creation time)."""
+        return {**self.to_json(), **{name: getattr(self, name) for name in PRIVATE_FIELDS}}
+
+    @classmethod
+    def from_storage(cls, data: dict[str, Any]) -> RunRecord:
+        return cls.model_validate(data)
+
+
+PUBLIC_FIELDS: tuple[str, ...] = tuple(
+    name for name in RunRecord.model_fields if name not in PRIVATE_FIELDS
+)

@@ -1,0 +1,84 @@
+"""The contract's parts agree with each other (issue 9): an explicit `null` means "omitted"
+in every body, as docs/API.md says; every error code the code can answer is documented, in
+docs/API.md and in the OpenAPI document alike."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from gateway import errors
+from gateway.openapi import ERROR_CODES
+from tests.support import REPO, Client
+
+API_MD = (REPO / "docs" / "API.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "nulls",
+    [
+        {"background": None},
+        {"timeout": None, "files": None, "vars": None, "env": None},
+        {"return_files": None, "network": None, "working_dir": None, "archive": None},
+        {"language": None, "entrypoint": None},
+        {"files": [{"path": "a.txt", "content": "x", "encoding": None}]},
+    ],
+)
+def test_null_is_omitted_in_a_run(local_client: Client, nulls: dict[str, Any]) -> None:
+    response = local_client.request("POST", "/v1/runs", {"code": "print(1)", **nulls})
+    assert response.status == 200, response.body[:500]
+    assert response.json()["stdout"] == "1\n"
+
+
+def test_null_is_omitted_in_a_notebook_replay(local_client: Client) -> None:
+    notebook = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "c1",
+                "metadata": {},
+                "source": "print(2)",
+                "outputs": [],
+                "execution_count": None,
+            }
+        ],
+    }
+    nulls = dict.fromkeys(("timeout", "cell_timeout", "files", "vars", "env", "network"))
+    response = local_client.request("POST", "/v1/notebooks/run", {"notebook": notebook, **nulls})
+    assert response.status == 200, response.body[:500]
+    assert response.json()["run"]["stdout"] == "2\n"
+
+
+def _codes_of_the_code() -> set[str]:
+    """Every error code the gateway can answer: its exception classes' own, and those
+    passed as `code=` where one is raised."""
+    codes = {
+        cls.code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.GatewayError)
+    }
+    for path in (REPO / "gateway").rglob("*.py"):
+        codes |= set(re.findall(r'\bcode="([a-z_]+)"', path.read_text()))
+    # and the codes Tornado's own HTTP errors are answered with (gateway.handlers.base)
+    base = (REPO / "gateway" / "handlers" / "base.py").read_text()
+    codes |= set(re.findall(r'^\s+\d{3}: "([a-z_]+)",$', base, re.M))
+    return codes
+
+
+def test_every_error_code_is_documented() -> None:
+    documented = {code for codes in ERROR_CODES.values() for code in codes}
+    answered = _codes_of_the_code()
+    assert answered <= documented, answered - documented
+    missing_in_api_md = {code for code in answered if f"`{code}`" not in API_MD}
+    assert not missing_in_api_md, missing_in_api_md
+
+
+def test_sandbox_unavailable_is_a_503_in_both_places() -> None:
+    assert errors.SandboxError.status == 503
+    assert "sandbox_unavailable" in ERROR_CODES[503]
+    assert re.search(r"503 `capacity`[^.]*`sandbox_unavailable`", API_MD.replace("\n  ", " "))

@@ -1,0 +1,65 @@
+"""Layers import downward only (issue 9, docs/DESIGN.md "Layers"): a module of the gateway
+imports modules of its own package or of a lower layer, never of a higher one. Following one
+`POST /v1/runs` through the code so reads in one direction."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.support import REPO
+
+# The gateway's packages and loose modules, bottom first.
+LAYERS: list[set[str]] = [
+    {"__init__", "errors", "version", "jsoncodec", "terminal"},
+    {"models", "settings", "auth", "metrics", "startup"},
+    {"sandbox"},
+    {"execution"},
+    {"uploads"},
+    {"runs"},
+    {"tools"},
+    {"openapi", "handlers"},
+    {"app", "http_server"},
+    {"server"},
+    {"client", "mcp_server", "runcli"},  # client-side code: above the whole server
+    {"cli", "__main__"},  # the command line: `serve`, and the client-side commands
+]
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def imported(tree: ast.AST) -> list[str]:
+    """The gateway modules a module imports (at its top or inside a function)."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "gateway":
+                found += [f"gateway.{alias.name}" for alias in node.names]
+            elif node.module.startswith("gateway."):
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("gateway.")]
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    tops = {
+        path.relative_to(REPO / "gateway").parts[0].removesuffix(".py")
+        for path in (REPO / "gateway").rglob("*.py")
+    }
+    assert tops <= set(RANK), tops - set(RANK)
+
+
+def test_imports_point_downward() -> None:
+    upward = []
+    for path in sorted((REPO / "gateway").rglob("*.py")):
+        top = path.relative_to(REPO / "gateway").parts[0].removesuffix(".py")
+        for name in imported(ast.parse(path.read_text())):
+            other = name.split(".")[1]
+            if other != top and RANK.get(other, len(LAYERS)) > RANK[top]:
+                upward.append(f"{path.relative_to(REPO)} imports {name}")
+    assert not upward, upward
+
+
+def test_the_check_sees_an_upward_import() -> None:
+    tree = ast.parse("def f():\n    from gateway.runs.service import RunService\n")
+    assert imported(tree) == ["gateway.runs.service"]
+    assert RANK["runs"] > RANK["execution"]
