@@ -80,6 +80,8 @@ def test_script_prints_its_streams_and_saves_its_charts(
         ("exits.py", "import sys\nsys.exit(3)", 3, ""),
         ("raises.py", "print('before')\nraise KeyError('k')", 1, "KeyError"),
         ("fails.sh", "echo from bash\n(exit 7)", 7, ""),
+        ("exits.js", "console.log('from js');\nDeno.exit(4);", 4, ""),
+        ("throws.ts", "const n: number = 1;\nthrow new TypeError(`bad ${n}`);", 1, "bad 1"),
     ],
 )
 def test_the_exit_status_is_the_runs_exit_code(

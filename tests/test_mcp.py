@@ -141,6 +141,12 @@ def test_stdio_lists_the_tool_and_runs_code_with_charts_and_failures() -> None:
             assert "--- file out.txt (2 bytes) ---\n5" in text
             assert "missing.txt: not returned (not found)" in text
 
+            typed = await session.call_tool(
+                "run_code",
+                {"code": "const n: number = 6 * 7;\nconsole.log(n);", "language": "typescript"},
+            )
+            assert "status: succeeded" in texts(typed) and "42" in texts(typed), texts(typed)
+
             slow = await session.call_tool(
                 "run_code",
                 {"code": "import time\nprint('started', flush=True)\ntime.sleep(30)", "timeout": 1},

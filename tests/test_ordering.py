@@ -19,7 +19,7 @@ from tests import browser
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread
 
-LANGUAGES = ("python", "bash")
+LANGUAGES = ("python", "bash", "javascript", "typescript")
 
 
 def alternating(count: int) -> str:
@@ -34,7 +34,11 @@ def alternating_code(language: str, count: int) -> str:
             "    print(f'o{i}')\n"
             "    print(f'e{i}', file=sys.stderr)"
         )
-    return f"for i in $(seq 0 {count - 1}); do echo o$i; echo e$i >&2; done"
+    if language == "bash":
+        return f"for i in $(seq 0 {count - 1}); do echo o$i; echo e$i >&2; done"
+    return (
+        f"for (let i = 0; i < {count}; i++) {{ console.log(`o${{i}}`); console.error(`e${{i}}`); }}"
+    )
 
 
 def stream(name: str, text: str) -> dict[str, Any]:
@@ -70,6 +74,8 @@ def test_alternating_writes_without_flush_keep_their_order(client: Client, langu
 WARNING = {
     "python": "import warnings\nprint('before')\nwarnings.warn('careful')\nprint('after')",
     "bash": "echo before\necho 'warning: careful' >&2\necho after",
+    "javascript": "console.log('before');\nconsole.warn('warning: careful');\nconsole.log('after');",
+    "typescript": "console.log('before');\nconsole.warn('warning: careful');\nconsole.log('after');",
 }
 
 
@@ -90,6 +96,8 @@ TRACEBACK = {
         "raise ValueError('boom')"
     ),
     "bash": "echo o1\necho e1 >&2\necho o2\ncat /no/such/file",
+    "javascript": "console.log('o1');\nconsole.error('e1');\nconsole.log('o2');\nthrow new Error('boom');",
+    "typescript": "console.log('o1');\nconsole.error('e1');\nconsole.log('o2');\nthrow new Error('boom');",
 }
 
 
@@ -104,8 +112,9 @@ def test_the_error_comes_after_the_prints_before_it(client: Client, language: st
         stream("stdout", "o2\n"),
     ]
     assert len(outputs) == 4, outputs
-    if language == "python":
-        assert outputs[3]["output_type"] == "error" and outputs[3]["ename"] == "ValueError"
+    if language != "bash":
+        assert outputs[3]["output_type"] == "error", outputs[3]
+        assert "boom" in outputs[3]["evalue"]
         assert record["output"] == "o1\ne1\no2\n"
     else:
         assert outputs[3]["name"] == "stderr" and "/no/such/file" in outputs[3]["text"]
@@ -261,7 +270,11 @@ def chromium() -> Iterator[Any]:
         yield launched
 
 
-BASH_ON_THE_PAGE = "for i in 1 2 3; do echo o$i; echo e$i >&2; done"
+ON_THE_PAGE = {  # the page's own samples space their writes out: tighter tests
+    "bash": "for i in 1 2 3; do echo o$i; echo e$i >&2; done",
+    "javascript": "for (let i = 1; i <= 3; i++) { console.log(`o${i}`); console.error(`e${i}`); }",
+    "typescript": "for (let i: number = 1; i <= 3; i++) { console.log(`o${i}`); console.error(`e${i}`); }",
+}
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
@@ -274,8 +287,8 @@ def test_the_page_shows_streams_in_write_order(
         page.goto(f"http://127.0.0.1:{gateway.port}/")
         page.wait_for_selector("body[data-ready=true]")
         page.select_option("#language", language)  # the editor switches to that sample
-        if language == "bash":  # its sample spaces its writes out: a tighter test
-            page.locator("#code").fill(BASH_ON_THE_PAGE)
+        if language in ON_THE_PAGE:
+            page.locator("#code").fill(ON_THE_PAGE[language])
         page.locator("#run").click()
         page.wait_for_function(
             "() => ['succeeded', 'failed', 'error', 'killed']"

@@ -34,10 +34,16 @@ TOKEN = "stream-test-token-0123456789"
 LIVE = {
     "python": "import time\nprint('first', flush=True)\ntime.sleep(120)",
     "bash": "echo first\nsleep 120",
+    "javascript": "console.log('first');\nawait new Promise((r) => setTimeout(r, 120_000));",
+}
+QUICK = {
+    "python": "print('first')\nprint('second')",
+    "bash": "echo first; echo second",
+    "javascript": "console.log('first');\nconsole.log('second');",
 }
 
 
-@pytest.mark.parametrize("language", ["python", "bash"])
+@pytest.mark.parametrize("language", ["python", "bash", "javascript"])
 def test_events_come_in_order_and_output_arrives_while_running(
     gateway: GatewayThread, language: str
 ) -> None:
@@ -69,8 +75,7 @@ def test_events_come_in_order_and_output_arrives_while_running(
             assert all(e["id"] == run_id for e in events)
             assert done["run"]["status"] == "cancelled" and done["run"]["stdout"] == "first\n"
 
-            quick = {"python": "print('first')\nprint('second')", "bash": "echo first; echo second"}
-            events = await stream.run("quick", code=quick[language], language=language)
+            events = await stream.run("quick", code=QUICK[language], language=language)
         record = events[-1]["run"]
         assert record["status"] == "succeeded"
         assert record["stdout"] == "first\nsecond\n" == stream_text(events)
