@@ -1,16 +1,23 @@
 """Command line: `gateway serve [flags]` starts the server, `gateway run FILE` runs a
-notebook or a script on a running one (see `--help`)."""
+notebook or a script on a running one, `gateway mcp` serves the run_code tool over MCP (see
+`--help`).
+
+The top of the layers: the client side (`gateway.client`) and the server
+(`gateway.server`) meet only here, and the server is imported only by the commands that
+start one."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
-from gateway import mcp_server, runcli
 from gateway import settings as settings_module
+from gateway.client import mcp
+from gateway.client import run as run_command
 from gateway.startup import configure_logging, load_settings
 from gateway.version import __version__
 
@@ -22,21 +29,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="start the gateway")
     settings_module.add_arguments(serve)
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    runcli.add_parser(commands)
-    mcp = commands.add_parser(
+    run_command.add_parser(commands)
+    mcp_parser = commands.add_parser(
         "mcp", help="serve the run_code tool over MCP", conflict_handler="resolve"
     )
-    settings_module.add_arguments(mcp)  # for the gateway it starts without --url
-    mcp_server.add_arguments(mcp)
+    settings_module.add_arguments(mcp_parser)  # for the gateway it starts without --url
+    mcp.add_arguments(mcp_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
-        return runcli.main(args)
+        return run_command.main(args)
     if args.command == "mcp":
-        return mcp_server.main(args)
+        return serve_mcp(args)
     if args.command == "serve":
         configure_logging(str(args.log_level), logging.INFO)
         settings = load_settings(args, "gateway")
@@ -51,3 +58,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     return 2
+
+
+def serve_mcp(args: argparse.Namespace) -> int:
+    """`gateway mcp`: the MCP server, on the gateway at `--url` or on one of its own."""
+    configure_logging(str(args.log_level), logging.WARNING)  # to stderr: stdout is MCP's
+    settings = load_settings(args, "gateway mcp")
+    if settings is None:
+        return 2
+    data_dir = settings.data_dir if getattr(args, "data_dir", None) else None
+
+    @contextlib.asynccontextmanager
+    async def start_gateway() -> AsyncIterator[tuple[str, str]]:
+        from gateway.server import private_gateway
+
+        async with private_gateway(settings, "mcp", data_dir) as (url, token):
+            yield url, token
+
+    return mcp.main(args, start_gateway)

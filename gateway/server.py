@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
+import secrets
 import signal
 import socket
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import tornado.netutil
 import zmq
@@ -163,3 +169,39 @@ async def serve(settings: Settings) -> None:
     log.info("draining: waiting for running runs, then destroying every sandbox")
     await gateway.stop()
     log.info("stopped")
+
+
+@contextlib.asynccontextmanager
+async def private_gateway(
+    settings: Settings, user: str, data_dir: Path | None = None
+) -> AsyncIterator[tuple[str, str]]:
+    """A gateway for this process alone (`gateway mcp` without `--url`): on 127.0.0.1, a
+    free port, one random token for `user`, its data in `data_dir` or a temporary folder.
+    Yields `(url, token)`; on exit its runs are cancelled at once (nobody waits for their
+    results) and every sandbox is destroyed."""
+    with tempfile.TemporaryDirectory(prefix="gateway-private-") as tmp:
+        folder = Path(tmp)
+        token = secrets.token_urlsafe(32)
+        tokens = folder / "tokens.json"
+        await asyncio.to_thread(_write_tokens, tokens, token, user)
+        private = settings.model_copy(
+            update={
+                "host": "127.0.0.1",
+                "port": 0,
+                "tokens": tokens,
+                "data_dir": data_dir or folder / "data",
+                "drain_timeout": 0.0,
+            }
+        )
+        gateway = Gateway(private)
+        await gateway.start()
+        try:
+            yield f"http://127.0.0.1:{gateway.port}", token
+        finally:
+            await gateway.stop()
+
+
+def _write_tokens(path: Path, token: str, user: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        json.dump({token: {"user": user, "role": "user"}}, file)

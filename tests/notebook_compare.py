@@ -34,9 +34,11 @@ from typing import Any
 
 import nbformat
 
+from gateway.sandbox.kernelspec import kernel_argv
+from gateway.terminal import strip_colors
+
 REPO = Path(__file__).resolve().parent.parent
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,16}")
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?")
 _DURATION = r"[\d.]+ (?:ns|[μµu]s|ms|s)"  # IPython writes a Greek mu
@@ -67,7 +69,7 @@ def _kernel_specs(folder: Path) -> None:
             "language": "python",
         },
         "bash": {
-            "argv": [sys.executable, "-m", "kernels.bash", "-f", "{connection_file}"],
+            "argv": kernel_argv("bash", sys.executable, "{connection_file}"),
             "display_name": "Bash",
             "language": "bash",
             "env": {"PYTHONPATH": str(REPO)},
@@ -133,7 +135,7 @@ def execute_reference(
 
 def text_of(value: Any) -> str:
     text = "".join(value) if isinstance(value, list) else str(value)
-    text = _TIMESTAMP.sub("<TIME>", _ADDRESS.sub("0xADDR", _ANSI.sub("", text)))
+    text = _TIMESTAMP.sub("<TIME>", _ADDRESS.sub("0xADDR", strip_colors(text)))
     text = _TIMEIT_CACHED.sub("", text)
     text = _TIMEIT.sub(r"<T> ± <T> per loop (mean ± std. dev. of \1, <N> \2 each)", text)
     text = _TIME.sub("CPU times: user <T>, sys: <T>, total: <T>", text)

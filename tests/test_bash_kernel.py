@@ -20,6 +20,8 @@ from typing import Any
 import zmq
 from jupyter_client.blocking import BlockingKernelClient
 
+from gateway.sandbox.kernelspec import kernel_argv
+
 REPO = Path(__file__).resolve().parent.parent
 MAX_TEXT = 64 * 1024
 
@@ -113,7 +115,7 @@ def bash_kernel(wait: bool = True) -> Iterator[Kernel]:
         env = {**os.environ, "TMPDIR": str(kernel_tmp), "PYTHONPATH": str(REPO)}
         launched = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kernels.bash", "-f", str(connection_file)],
+            kernel_argv("bash", sys.executable, str(connection_file)),
             cwd=tmp,
             env=env,
         )

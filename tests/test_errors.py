@@ -77,6 +77,18 @@ def test_unknown_run_and_unknown_address(small: GatewayThread) -> None:
     assert wrong_method.headers["Allow"] == "POST"
 
 
+def test_the_websocket_route_answers_a_wrong_method_like_every_route(
+    small: GatewayThread,
+) -> None:
+    """HTTP and WebSocket handlers share one error writer: the same code, `Allow` header and
+    security headers (the WebSocket's own answered `invalid_request` without `Allow`)."""
+    wrong_method = small.client().request("POST", "/v1/stream", {"code": "1"})
+    assert_error(wrong_method, 405, "method_not_allowed")
+    assert wrong_method.headers["Allow"] == "GET"
+    assert wrong_method.headers["X-Content-Type-Options"] == "nosniff"
+    assert wrong_method.headers["Cache-Control"] == "no-store"
+
+
 def test_single_user_mode_answers_only_to_loopback_names(small: GatewayThread) -> None:
     client = small.client()
     rebound = client.request("GET", "/v1/health", headers={"Host": f"evil.example:{small.port}"})

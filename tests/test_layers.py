@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"openapi", "handlers"},
     {"app", "http_server"},
     {"server"},
-    {"client", "mcp_server", "runcli"},  # client-side code: above the whole server
+    {"client"},  # client-side code (tests/test_client_isolation.py): above the server
     {"cli", "__main__"},  # the command line: `serve`, and the client-side commands
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

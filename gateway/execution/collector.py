@@ -7,7 +7,6 @@ run prints, memory stays within the caps: head and tail are kept, the middle is 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 from collections.abc import Callable
@@ -16,7 +15,14 @@ from typing import Any
 from nbformat.v4 import output_from_msg
 
 from gateway.execution.errorcap import cap_error
-from gateway.execution.textcap import HeadTailText, truncation_marker
+from gateway.execution.textcap import (
+    HeadTail,
+    HeadTailText,
+    truncation_marker,
+    utf8_drop_front,
+    utf8_head,
+    utf8_size,
+)
 from gateway.jsoncodec import too_deep
 from gateway.settings import Settings
 
@@ -59,10 +65,33 @@ class _Entry:
     payload: int | None = None  # of its {"data", "metadata"} as JSON, once it was updated
 
 
-def _stream_size(entry: _Entry) -> int:
-    if entry.output["output_type"] != "stream":
-        return 0
-    return len(entry.output["text"].encode("utf-8", "surrogatepass"))
+class _KeptOutputs(HeadTail[_Entry]):
+    """A cell's kept outputs: the head and tail of its stream text, within the stream cap;
+    a rich output stays where it arrived and is lost when the cut middle reaches it."""
+
+    def size(self, piece: _Entry) -> int:
+        output = piece.output
+        return utf8_size(output["text"]) if output["output_type"] == "stream" else 0
+
+    def take(self, piece: _Entry, nbytes: int) -> tuple[_Entry, _Entry]:
+        output = piece.output
+        head = utf8_head(output["text"], nbytes)
+        rest = {**output, "text": output["text"][len(head) :]}
+        return _Entry({**output, "text": head}), _Entry(rest)
+
+    def drop_front(self, piece: _Entry, nbytes: int) -> _Entry:
+        piece.output["text"] = utf8_drop_front(piece.output["text"], nbytes)
+        return piece
+
+    def join(self, last: _Entry, piece: _Entry) -> bool:
+        """Consecutive text of one stream is one output."""
+        before, output = last.output, piece.output
+        if before["output_type"] != "stream" or output["output_type"] != "stream":
+            return False
+        if before["name"] != output["name"]:
+            return False
+        before["text"] += output["text"]
+        return True
 
 
 class OutputCollector:
@@ -85,11 +114,7 @@ class OutputCollector:
         # everything the kernel sent during this cell, set by the session from the raw
         # messages (any channel, any parent): what the output limit is checked against
         self.received_bytes = 0
-        self._head: list[_Entry] = []
-        self._head_bytes = 0
-        self._tail: collections.deque[_Entry] = collections.deque()
-        self._tail_bytes = 0
-        self._dropped_stream = 0
+        self._kept = _KeptOutputs(caps.stream_bytes)
         self._display_bytes = 0
         self._dropped_displays = 0
         self._dropped_updates = 0
@@ -150,53 +175,7 @@ class OutputCollector:
         self.output.add(text)
         if self.output.total <= self.caps.stream_bytes:  # live events stop at the cap
             self._notify({"output_type": "stream", "name": name, "text": text}, None, False)
-        self._place_stream(name, text, size)
-
-    def _place_stream(self, name: str, text: str, size: int) -> None:
-        head_cap = self.caps.stream_bytes // 2
-        if not self._tail and self._head_bytes + size <= head_cap:
-            self._append(self._head, name, text)
-            self._head_bytes += size
-            return
-        if not self._tail and self._head_bytes < head_cap:
-            room = head_cap - self._head_bytes
-            head = text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
-            self._append(self._head, name, head)
-            self._head_bytes = head_cap
-            text = text[len(head) :]
-            size = len(text.encode("utf-8", "surrogatepass"))
-        self._append(self._tail, name, text)
-        self._tail_bytes += size
-        self._trim_tail()
-
-    @staticmethod
-    def _append(entries: list[_Entry] | collections.deque[_Entry], name: str, text: str) -> None:
-        if entries and entries[-1].output["output_type"] == "stream":
-            last = entries[-1].output
-            if last["name"] == name:
-                last["text"] += text
-                return
-        entries.append(_Entry({"output_type": "stream", "name": name, "text": text}))
-
-    def _trim_tail(self) -> None:
-        tail_cap = self.caps.stream_bytes - self.caps.stream_bytes // 2
-        while self._tail_bytes > tail_cap and self._tail:
-            first = self._tail[0]
-            size = _stream_size(first)
-            excess = self._tail_bytes - tail_cap
-            if size == 0:
-                self._tail.popleft()
-                self._dropped_displays += 1
-            elif size <= excess:
-                self._tail.popleft()
-                self._tail_bytes -= size
-                self._dropped_stream += size
-            else:
-                data = first.output["text"].encode("utf-8", "surrogatepass")[excess:]
-                first.output["text"] = data.decode("utf-8", "ignore")
-                removed = size - _stream_size(first)
-                self._tail_bytes -= removed
-                self._dropped_stream += removed
+        self._kept.add(_Entry({"output_type": "stream", "name": name, "text": text}), size)
 
     def _add_rich(self, entry: _Entry) -> None:
         size = json_size(entry.output, self.caps.max_depth)
@@ -211,7 +190,7 @@ class OutputCollector:
             return
         self._display_bytes += size
         entry.size = size
-        (self._tail if self._tail else self._head).append(entry)
+        self._kept.add(entry, 0)
         self._notify(entry.output, entry.display_id, False)
 
     def _update_display(self, content: dict[str, Any]) -> None:
@@ -223,7 +202,7 @@ class OutputCollector:
         if size is None:
             self._not_kept_deep += 1
             return
-        for entry in [*self._head, *self._tail]:
+        for entry in self._kept.pieces():
             if entry.display_id != display_id:
                 continue
             if entry.payload is None:
@@ -247,20 +226,19 @@ class OutputCollector:
             self._clear()
 
     def _clear(self) -> None:
-        self._head.clear()
-        self._tail.clear()
-        self._head_bytes = self._tail_bytes = self._dropped_stream = 0
+        self._dropped_displays += self._kept.lost
+        self._kept = _KeptOutputs(self.caps.stream_bytes)
         self._notify({"output_type": "clear_output"}, None, True)
 
     # --- results ----------------------------------------------------------------------
 
     def outputs(self) -> list[dict[str, Any]]:
         """The nbformat outputs, in order, with the cut middle marked."""
-        result = [e.output for e in self._head]
-        if self._dropped_stream:
-            marker = truncation_marker(self._dropped_stream)
+        result = [e.output for e in self._kept.head]
+        if self._kept.dropped:
+            marker = truncation_marker(self._kept.dropped)
             result.append({"output_type": "stream", "name": "stderr", "text": marker})
-        result.extend(e.output for e in self._tail)
+        result.extend(e.output for e in self._kept.tail)
         merged: list[dict[str, Any]] = []
         for output in result:
             if (
@@ -276,7 +254,7 @@ class OutputCollector:
 
     def displays(self) -> list[tuple[dict[str, Any], str]]:
         """The kept outputs that carry a display id (the same objects `outputs()` holds)."""
-        return [(e.output, e.display_id) for e in [*self._head, *self._tail] if e.display_id]
+        return [(e.output, e.display_id) for e in self._kept.pieces() if e.display_id]
 
     def final_notes(self) -> list[str]:
         notes = list(self.notes)
@@ -286,9 +264,10 @@ class OutputCollector:
                 f"{self.caps.stream_bytes} bytes."
             )
         total = self.caps.display_total or self.caps.display_bytes
-        if self._dropped_displays:
+        dropped_displays = self._dropped_displays + self._kept.lost
+        if dropped_displays:
             notes.append(
-                f"{self._dropped_displays} rich output(s) were not returned: the limit of "
+                f"{dropped_displays} rich output(s) were not returned: the limit of "
                 f"{total} bytes of rich output was reached."
             )
         if self._dropped_updates:

@@ -11,15 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gateway.execution.textcap import truncation_marker
+from gateway.execution.textcap import truncation_marker, utf8_size
 
 ENAME_BYTES = 1024  # an exception's class name: a class can be named anything
-
-
-def utf8_size(text: str) -> int:
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def clip_middle(text: str, max_bytes: int) -> str:

@@ -1,78 +1,141 @@
-"""A text buffer that keeps the head and the tail of a stream within a byte budget."""
+"""The one head/tail buffer: keeps the head and the tail of a stream within a byte budget.
+
+`HeadTail` holds pieces of any kind that know their size in bytes; `HeadTailText` holds
+text (a run's stdout, stderr, output), the collector holds a cell's outputs with it (stream
+text counts against the budget, rich outputs ride along where they arrived).
+"""
 
 from __future__ import annotations
 
 import collections
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 
-def _size(text: str) -> int:
+def utf8_size(text: str) -> int:
+    if text.isascii():
+        return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _cut_front(text: str, nbytes: int) -> str:
-    """Drop about `nbytes` bytes from the front of text, on a character boundary."""
-    data = text.encode("utf-8", "surrogatepass")[nbytes:]
-    return data.decode("utf-8", "ignore")
+def utf8_head(text: str, nbytes: int) -> str:
+    """The longest start of `text` within `nbytes` bytes of UTF-8."""
+    return text.encode("utf-8", "surrogatepass")[:nbytes].decode("utf-8", "ignore")
+
+
+def utf8_drop_front(text: str, nbytes: int) -> str:
+    """`text` without its first `nbytes` bytes of UTF-8 (and the rest of a character they
+    cut into)."""
+    return text.encode("utf-8", "surrogatepass")[nbytes:].decode("utf-8", "ignore")
 
 
 def truncation_marker(dropped: int) -> str:
     return f"\n[... {dropped} bytes truncated ...]\n"
 
 
-class HeadTailText:
-    """Keeps the first `cap // 2` bytes and the last `cap - cap // 2` bytes of what is added.
+class HeadTail(Generic[T]):
+    """Keeps the first `cap // 2` bytes and the last `cap - cap // 2` bytes of the pieces
+    added, in order; memory stays within the cap however much is added.
 
-    Memory stays within the cap however much is added; `text()` marks the cut middle.
-    """
+    A piece of size 0 stays where it arrived (in the tail once there is one) and is lost,
+    counted in `lost`, when the tail's trimming reaches it. Subclasses say what a piece's
+    size is and how to cut one; `join` may merge a piece into the one before it."""
 
     def __init__(self, cap: int) -> None:
         self.head_cap = cap // 2
         self.tail_cap = cap - self.head_cap
-        self._head: list[str] = []
-        self._head_size = 0
-        self._tail: collections.deque[str] = collections.deque()
-        self._tail_size = 0
-        self.total = 0
-        self.dropped = 0
+        self.head: list[T] = []
+        self.tail: collections.deque[T] = collections.deque()
+        self.head_size = 0
+        self.tail_size = 0
+        self.total = 0  # bytes added
+        self.dropped = 0  # bytes cut from the middle
+        self.lost = 0  # pieces of size 0 cut with the middle
+
+    # --- what a piece is ------------------------------------------------------------------
+
+    def size(self, piece: T) -> int:
+        raise NotImplementedError
+
+    def take(self, piece: T, nbytes: int) -> tuple[T, T]:
+        """The first at most `nbytes` bytes of `piece`, and the rest."""
+        raise NotImplementedError
+
+    def drop_front(self, piece: T, nbytes: int) -> T:
+        """`piece` without (at least) its first `nbytes` bytes."""
+        raise NotImplementedError
+
+    def join(self, last: T, piece: T) -> bool:
+        """Merge `piece` into `last` in place; False when they stay two pieces."""
+        return False
+
+    # --- the buffer -----------------------------------------------------------------------
 
     @property
     def truncated(self) -> bool:
         return self.dropped > 0
 
-    def add(self, text: str) -> None:
-        size = _size(text)
+    def pieces(self) -> list[T]:
+        return [*self.head, *self.tail]
+
+    def add(self, piece: T, size: int | None = None) -> None:
+        """Add `piece` (`size`: its size when the caller knows it already)."""
+        size = self.size(piece) if size is None else size
         self.total += size
-        room = self.head_cap - self._head_size
-        if not self._tail and room > 0:
+        if size == 0:
+            self._append(self.tail if self.tail else self.head, piece)
+            return
+        room = self.head_cap - self.head_size
+        if not self.tail and room > 0:
             if size <= room:
-                self._head.append(text)
-                self._head_size += size
+                self._append(self.head, piece)
+                self.head_size += size
                 return
-            head = text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
-            self._head.append(head)
-            self._head_size += _size(head)
-            text = text[len(head) :]
-            size = _size(text)
-        self._tail.append(text)
-        self._tail_size += size
-        while self._tail_size > self.tail_cap and self._tail:
-            excess = self._tail_size - self.tail_cap
-            first = self._tail[0]
-            first_size = _size(first)
+            front, piece = self.take(piece, room)
+            self._append(self.head, front)
+            self.head_size += self.size(front)
+            size = self.size(piece)
+        self._append(self.tail, piece)
+        self.tail_size += size
+        while self.tail_size > self.tail_cap and self.tail:
+            first = self.tail[0]
+            first_size = self.size(first)
+            excess = self.tail_size - self.tail_cap
             if first_size <= excess:
-                self._tail.popleft()
-                self._tail_size -= first_size
+                self.tail.popleft()
+                self.tail_size -= first_size
                 self.dropped += first_size
+                if first_size == 0:
+                    self.lost += 1
             else:
-                kept = _cut_front(first, excess)
-                self._tail[0] = kept
-                removed = first_size - _size(kept)
-                self._tail_size -= removed
+                kept = self.drop_front(first, excess)
+                self.tail[0] = kept
+                removed = first_size - self.size(kept)
+                self.tail_size -= removed
                 self.dropped += removed
 
+    def _append(self, pieces: list[T] | collections.deque[T], piece: T) -> None:
+        if not (pieces and self.join(pieces[-1], piece)):
+            pieces.append(piece)
+
+
+class HeadTailText(HeadTail[str]):
+    """Text: `text()` is the head and the tail, the cut middle marked."""
+
+    def size(self, piece: str) -> int:
+        return utf8_size(piece)
+
+    def take(self, piece: str, nbytes: int) -> tuple[str, str]:
+        head = utf8_head(piece, nbytes)
+        return head, piece[len(head) :]
+
+    def drop_front(self, piece: str, nbytes: int) -> str:
+        return utf8_drop_front(piece, nbytes)
+
     def text(self) -> str:
-        head = "".join(self._head)
-        tail = "".join(self._tail)
+        head = "".join(self.head)
+        tail = "".join(self.tail)
         if self.dropped:
             return head + truncation_marker(self.dropped) + tail
         return head + tail

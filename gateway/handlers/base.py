@@ -57,34 +57,20 @@ class Services:
     open_streams: set[tornado.websocket.WebSocketHandler] = dataclasses.field(default_factory=set)
 
 
-@tornado.web.stream_request_body
-class BaseHandler(tornado.web.RequestHandler):
-    public = False  # True: no token needed
-    body_limit: int | None = None  # None: settings.max_body_bytes
+class GatewayHandler(tornado.web.RequestHandler):
+    """What the HTTP handlers and the WebSocket handler share: services from the route
+    table, the refusal of foreign requests, bearer-token auth, security headers, and the one
+    place where an error becomes the API's error shape."""
+
     navigation_ok = False  # True: a cross-site top-level navigation may GET this (the page)
+    unauthorized_message = "A valid `Authorization: Bearer <token>` header is required."
 
     def initialize(self, services: Services) -> None:
         self.services = services
         self.settings_ = services.settings
         self.principal: Principal | None = None
-        self._body = bytearray()
-        self._body_too_large = False
 
     # --- request ----------------------------------------------------------------------
-
-    @property
-    def limit(self) -> int:
-        return self.body_limit or self.settings_.max_body_bytes
-
-    def prepare(self) -> None:
-        self.refuse_foreign()
-        if not self.public:
-            self.principal = self.authenticate()
-        length = self.request.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
-        if isinstance(self.request.connection, HTTP1Connection):
-            self.request.connection.set_max_body_size(self.limit * 4)
 
     def refuse_foreign(self) -> None:
         """403 for a cross-site request, or one to a non-loopback name without tokens."""
@@ -95,26 +81,16 @@ class BaseHandler(tornado.web.RequestHandler):
             navigation_ok=self.navigation_ok and self.request.method in ("GET", "HEAD"),
         )
 
-    def data_received(self, chunk: bytes) -> None:
-        if len(self._body) + len(chunk) > self.limit:
-            self._body_too_large = True
-            self._body.clear()
-        elif not self._body_too_large:
-            self._body += chunk
-
-    @property
-    def body(self) -> bytes:
-        if self._body_too_large:
-            raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
-        return bytes(self._body)
-
-    def authenticate(self) -> Principal:
+    def presented_token(self) -> str | None:
+        """The token of an `Authorization: Bearer <token>` header; None without one."""
         header = self.request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        presented = token.strip() if scheme.lower() == "bearer" else None
-        principal = self.services.tokens.authenticate(presented)
+        return token.strip() if scheme.lower() == "bearer" else None
+
+    def authenticate(self) -> Principal:
+        principal = self.services.tokens.authenticate(self.presented_token())
         if principal is None:
-            raise Unauthorized("A valid `Authorization: Bearer <token>` header is required.")
+            raise Unauthorized(self.unauthorized_message)
         return principal
 
     @property
@@ -122,57 +98,12 @@ class BaseHandler(tornado.web.RequestHandler):
         assert self.principal is not None
         return self.principal
 
-    def json_body(self) -> Any:
-        """The body as JSON. Only JSON media types are read: `application/json` and
-        `application/<x>+json` (e.g. `application/x-ipynb+json`). A web page can send a
-        form's types (`application/x-www-form-urlencoded`, `multipart/form-data`,
-        `text/plain`) or none to any site without asking, never these."""
-        content_type = self.request.headers.get("Content-Type", "")
-        media = content_type.split(";")[0].strip().lower()
-        if not is_json_media_type(media):
-            shown = media or "no Content-Type"
-            raise UnsupportedMediaType(
-                f"Send JSON with `Content-Type: application/json`, not {shown}."
-            )
-        body = self.body
-        if not body.strip():
-            raise InvalidRequest("The request body is empty; send a JSON object.")
-        return parse_json(body, self.settings_.max_json_depth)
-
     # --- response ---------------------------------------------------------------------
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
-
-    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> Future[None]:
-        """Finish the answer; a client that has not taken all of it `write_timeout` seconds
-        later loses its connection (else it could hold the answer in memory forever)."""
-        written = super().finish(chunk)
-        if not written.done():
-            loop = IOLoop.current()
-            timer = loop.call_later(self.settings_.write_timeout, self._drop_unread, written)
-            written.add_done_callback(lambda _: loop.remove_timeout(timer))
-        return written
-
-    def _drop_unread(self, written: Future[None]) -> None:
-        if written.done():
-            return
-        log.info(
-            "closing the connection of %s: the answer to %s %s was not taken in %g s",
-            self.request.remote_ip,
-            self.request.method,
-            self.request.path,
-            self.settings_.write_timeout,
-        )
-        connection = self.request.connection
-        if isinstance(connection, HTTP1Connection):
-            connection.close()
-
-    def send_json(self, payload: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.finish(dumps_utf8(payload))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -207,6 +138,95 @@ class BaseHandler(tornado.web.RequestHandler):
                 log.warning("%s %s: %s", self.request.method, self.request.path, value.message)
             return
         super().log_exception(typ, value, tb)
+
+
+@tornado.web.stream_request_body
+class BaseHandler(GatewayHandler):
+    """An HTTP handler: its body read as it streams in, within a limit; JSON in and out."""
+
+    public = False  # True: no token needed
+    body_limit: int | None = None  # None: settings.max_body_bytes
+
+    def initialize(self, services: Services) -> None:
+        super().initialize(services)
+        self._body = bytearray()
+        self._body_too_large = False
+
+    # --- request ----------------------------------------------------------------------
+
+    @property
+    def limit(self) -> int:
+        return self.body_limit or self.settings_.max_body_bytes
+
+    def prepare(self) -> None:
+        self.refuse_foreign()
+        if not self.public:
+            self.principal = self.authenticate()
+        length = self.request.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
+        if isinstance(self.request.connection, HTTP1Connection):
+            self.request.connection.set_max_body_size(self.limit * 4)
+
+    def data_received(self, chunk: bytes) -> None:
+        if len(self._body) + len(chunk) > self.limit:
+            self._body_too_large = True
+            self._body.clear()
+        elif not self._body_too_large:
+            self._body += chunk
+
+    @property
+    def body(self) -> bytes:
+        if self._body_too_large:
+            raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
+        return bytes(self._body)
+
+    def json_body(self) -> Any:
+        """The body as JSON. Only JSON media types are read: `application/json` and
+        `application/<x>+json` (e.g. `application/x-ipynb+json`). A web page can send a
+        form's types (`application/x-www-form-urlencoded`, `multipart/form-data`,
+        `text/plain`) or none to any site without asking, never these."""
+        content_type = self.request.headers.get("Content-Type", "")
+        media = content_type.split(";")[0].strip().lower()
+        if not is_json_media_type(media):
+            shown = media or "no Content-Type"
+            raise UnsupportedMediaType(
+                f"Send JSON with `Content-Type: application/json`, not {shown}."
+            )
+        body = self.body
+        if not body.strip():
+            raise InvalidRequest("The request body is empty; send a JSON object.")
+        return parse_json(body, self.settings_.max_json_depth)
+
+    # --- response ---------------------------------------------------------------------
+
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> Future[None]:
+        """Finish the answer; a client that has not taken all of it `write_timeout` seconds
+        later loses its connection (else it could hold the answer in memory forever)."""
+        written = super().finish(chunk)
+        if not written.done():
+            loop = IOLoop.current()
+            timer = loop.call_later(self.settings_.write_timeout, self._drop_unread, written)
+            written.add_done_callback(lambda _: loop.remove_timeout(timer))
+        return written
+
+    def _drop_unread(self, written: Future[None]) -> None:
+        if written.done():
+            return
+        log.info(
+            "closing the connection of %s: the answer to %s %s was not taken in %g s",
+            self.request.remote_ip,
+            self.request.method,
+            self.request.path,
+            self.settings_.write_timeout,
+        )
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.close()
+
+    def send_json(self, payload: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(dumps_utf8(payload))
 
 
 def is_json_media_type(media: str) -> bool:

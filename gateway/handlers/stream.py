@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import urllib.parse
 from typing import Any, ClassVar
@@ -26,10 +25,9 @@ from typing import Any, ClassVar
 import tornado.web
 import tornado.websocket
 
-from gateway.auth import Principal
-from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest, Unauthorized
-from gateway.handlers.base import Services
-from gateway.handlers.origin import origin_allowed, refuse_foreign
+from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest
+from gateway.handlers.base import GatewayHandler, Services
+from gateway.handlers.origin import origin_allowed
 from gateway.handlers.outbox import Outbox
 from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.models.stream import MAX_REF_CHARS, RunMessage
@@ -72,14 +70,17 @@ def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) 
     return event
 
 
-class StreamHandler(tornado.websocket.WebSocketHandler):
+class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
+    unauthorized_message = (
+        "A valid token is required: `?token=<token>` on the handshake, "
+        "or an `Authorization: Bearer <token>` header."
+    )
     # Tasks that outlive a message: run watchers, cancellations, closing a connection.
     _tasks: ClassVar[set[asyncio.Task[Any]]] = set()
 
     def initialize(self, services: Services) -> None:
-        self.services = services
-        self.settings_ = services.settings
-        self.principal: Principal | None = None
+        super().initialize(services)
+        self._query_token: str | None = None
         self._runs: dict[str, _Run] = {}  # by run id
         self._refs: dict[str | int, _Run] = {}  # unfinished runs by ref
         self._connected = False
@@ -106,29 +107,11 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
     def ping_timeout(self) -> float:
         return PING_INTERVAL
 
-    def set_default_headers(self) -> None:
-        self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.set_header("Cache-Control", "no-store")
-        self.set_header("X-Content-Type-Options", "nosniff")
-
     def prepare(self) -> None:
-        token = self.get_query_argument("token", None)
+        self._query_token = self.get_query_argument("token", None)
         self._redact_token()
-        refuse_foreign(
-            self.request,
-            single_user=not self.services.tokens.enabled,
-            allowed_origins=self.settings_.allowed_origins,
-        )
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() == "bearer":
-            token = value.strip()
-        self.principal = self.services.tokens.authenticate(token)
-        if self.principal is None:
-            raise Unauthorized(
-                "A valid token is required: `?token=<token>` on the handshake, "
-                "or an `Authorization: Bearer <token>` header."
-            )
+        self.refuse_foreign()
+        self.principal = self.authenticate()
         # Counted here and added in `open`: nothing in between yields to the event loop,
         # so two handshakes of one user cannot both pass the check.
         mine = len(
@@ -156,35 +139,16 @@ class StreamHandler(tornado.websocket.WebSocketHandler):
         self.request.query = query
         self.request.uri = self.request.path + ("?" + query if query else "")
 
+    def presented_token(self) -> str | None:
+        """An `Authorization: Bearer` header's token, else the handshake's `?token=`."""
+        header = super().presented_token()
+        return self._query_token if header is None else header
+
     def check_origin(self, origin: str) -> bool:
         """`prepare` already refused foreign origins (`gateway.handlers.origin`)."""
         return origin_allowed(
             origin, self.request.headers.get("Host", ""), self.settings_.allowed_origins
         )
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, GatewayError):
-            self.set_status(exc.status)
-            if exc.status == 401:
-                self.set_header("WWW-Authenticate", 'Bearer realm="gateway"')
-            if exc.retry_after is not None:
-                self.set_header("Retry-After", str(int(exc.retry_after + 0.999)))
-            self.finish(json.dumps(exc.to_json()))
-            return
-        message = self._reason if status_code < 500 else "The gateway failed; it was logged."
-        code = "invalid_request" if status_code < 500 else "internal"
-        self.finish(json.dumps({"error": {"code": code, "message": message}}))
-
-    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        if isinstance(value, GatewayError) and value.status < 500:
-            return
-        super().log_exception(typ, value, tb)
-
-    @property
-    def user(self) -> Principal:
-        assert self.principal is not None
-        return self.principal
 
     # --- connection -------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ What the run printed is shown without terminal escape sequences and control char
 (`gateway.terminal.terminal_safe`): a run must not be able to drive the terminal of whoever
 looks at its output. `--raw` shows it as it came.
 
-Every HTTP call goes through `post_json`, which uses the typed client `gateway.client`.
+Every HTTP call goes through `post_json`, which uses the typed client of this package.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """`gateway mcp`: an MCP server with one tool, `run_code`, over stdio or streamable HTTP.
 
 The tool runs code through `gateway.client` on a gateway: a running one (`--url URL
-[--token T]`), or one started in this process for the life of the MCP server (on
-127.0.0.1, a random port and a random token, its own temporary data folder; on exit its
-runs are cancelled and every sandbox is destroyed). It answers a text with the output,
-status and returned files, plus one image per PNG/JPEG chart.
+[--token T]`), or one started in this process for the life of the MCP server
+(`gateway.server.private_gateway`, which the `gateway mcp` command hands in as
+`start_gateway`: this package imports nothing of the server). It answers a text with the
+output, status and returned files, plus one image per PNG/JPEG chart.
 
 The MCP SDK is imported only when the server starts: it costs the `gateway serve`
-process nothing (the module has no `from __future__ import annotations`, so that the
-SDK reads the tool's parameter annotations as objects).
+process nothing (the module has no `from __future__ import annotations`, so that the SDK
+reads the tool's parameter annotations as objects).
 """
 
 import argparse
@@ -18,18 +18,15 @@ import dataclasses
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
 import sys
-import tempfile
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from gateway.client import GatewayClient, GatewayClientError
 from gateway.models.common import Language
-from gateway.settings import Settings
 from gateway.terminal import strip_colors
 from gateway.version import __version__
 
@@ -39,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MCPOptions",
+    "StartGateway",
     "add_arguments",
     "build_server",
     "distinct_charts",
@@ -50,6 +48,8 @@ __all__ = [
 log = logging.getLogger("gateway.mcp")
 
 Transport = Literal["stdio", "http"]
+# Starts a gateway for this process alone and stops it on exit: `(url, token)` inside.
+StartGateway = Callable[[], AbstractAsyncContextManager[tuple[str, str]]]
 FINAL = frozenset({"succeeded", "failed", "timed_out", "killed", "cancelled"})
 OUTPUT_HEAD, OUTPUT_TAIL = 10_000, 40_000  # characters of output shown (like code_run)
 FILE_CHARS = 20_000  # characters of one returned text file shown
@@ -74,8 +74,6 @@ class MCPOptions:
     port: int = 8765  # streamable HTTP, on 127.0.0.1
     url: str | None = None  # a running gateway; None: start one in this process
     token: str | None = None
-    settings: Settings = dataclasses.field(default_factory=Settings)
-    data_dir: Path | None = None  # in-process gateway: None = a temporary folder
 
 
 # --- the tool ------------------------------------------------------------------------------
@@ -311,8 +309,11 @@ def _cut(text: str, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> str:
 
 
 @contextlib.asynccontextmanager
-async def gateway_client(options: MCPOptions) -> AsyncIterator[GatewayClient]:
-    """The client for `--url`, or for a gateway started here and stopped on exit."""
+async def gateway_client(
+    options: MCPOptions, start_gateway: StartGateway | None
+) -> AsyncIterator[GatewayClient]:
+    """The client for `--url`, or for a gateway `start_gateway` runs for the life of this
+    server."""
     if options.url is not None:
         client = GatewayClient(options.url, token=options.token)
         try:
@@ -322,36 +323,12 @@ async def gateway_client(options: MCPOptions) -> AsyncIterator[GatewayClient]:
             log.warning("the gateway at %s does not answer yet: %s", options.url, exc.message)
         yield client
         return
-    from gateway.server import Gateway
-
-    with contextlib.ExitStack() as stack:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gateway-mcp-")))
-        token = secrets.token_urlsafe(32)
-        tokens = folder / "tokens.json"
-        await asyncio.to_thread(_write_tokens, tokens, token)
-        settings = options.settings.model_copy(
-            update={
-                "host": "127.0.0.1",
-                "port": 0,
-                "tokens": tokens,
-                "data_dir": options.data_dir or folder / "data",
-                "drain_timeout": 0.0,  # on exit nobody waits for a result: cancel at once
-            }
-        )
-        gateway = Gateway(settings)
-        await gateway.start()
-        try:
-            log.info("started a gateway in this process on 127.0.0.1:%d", gateway.port)
-            yield GatewayClient(f"http://127.0.0.1:{gateway.port}", token=token)
-        finally:
-            await gateway.stop()
-            log.info("the in-process gateway stopped; every sandbox is destroyed")
-
-
-def _write_tokens(path: Path, token: str) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        json.dump({token: {"user": "mcp", "role": "user"}}, file)
+    if start_gateway is None:
+        raise RuntimeError("no --url given and no gateway to start in this process")
+    async with start_gateway() as (url, token):
+        log.info("started a gateway in this process at %s", url)
+        yield GatewayClient(url, token=token)
+    log.info("the in-process gateway stopped; every sandbox is destroyed")
 
 
 async def _serve_http(server: "MCPServer[Any]", port: int) -> None:
@@ -372,7 +349,7 @@ async def _serve_http(server: "MCPServer[Any]", port: int) -> None:
         listener.close()
 
 
-async def serve(options: MCPOptions) -> bool:
+async def serve(options: MCPOptions, start_gateway: StartGateway | None = None) -> bool:
     """Serve until the transport ends (stdin closed, HTTP server stopped) or SIGTERM/SIGINT.
 
     Returns True when a signal ended it."""
@@ -380,7 +357,7 @@ async def serve(options: MCPOptions) -> bool:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with gateway_client(options) as client:
+    async with gateway_client(options, start_gateway) as client:
         server = build_server(client)
         if options.transport == "stdio":
             serving = asyncio.ensure_future(server.run_stdio_async())
@@ -418,24 +395,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR")
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run `gateway mcp` with parsed arguments; logs go to stderr, never to stdout."""
-    from gateway.startup import configure_logging, load_settings
-
-    configure_logging(str(args.log_level), logging.WARNING)
-    settings = load_settings(args, "gateway mcp")
-    if settings is None:
-        return 2
+def main(args: argparse.Namespace, start_gateway: StartGateway | None = None) -> int:
+    """Run `gateway mcp` with parsed arguments (logging already set up, to stderr: never
+    to stdout, the stdio transport's channel); `start_gateway` serves when no `--url`."""
     options = MCPOptions(
-        transport=args.transport,
-        port=args.mcp_port,
-        url=args.url,
-        token=args.token,
-        settings=settings,
-        data_dir=settings.data_dir if getattr(args, "data_dir", None) else None,
+        transport=args.transport, port=args.mcp_port, url=args.url, token=args.token
     )
     try:
-        signalled = asyncio.run(serve(options))
+        signalled = asyncio.run(serve(options, start_gateway))
     except (RuntimeError, OSError) as exc:
         print(f"gateway mcp: {exc}", file=sys.stderr)
         return 1
