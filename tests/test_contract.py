@@ -11,6 +11,7 @@ import pytest
 
 from gateway import errors
 from gateway.openapi import ERROR_CODES
+from tests.api import assert_error
 from tests.support import REPO, Client
 
 API_MD = (REPO / "docs" / "API.md").read_text()
@@ -82,3 +83,65 @@ def test_sandbox_unavailable_is_a_503_in_both_places() -> None:
     assert errors.SandboxError.status == 503
     assert "sandbox_unavailable" in ERROR_CODES[503]
     assert re.search(r"503 `capacity`[^.]*`sandbox_unavailable`", API_MD.replace("\n  ", " "))
+
+
+# --- what an independent review of the parsing found (old behaviour kept or fixed) ---------
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/runs", {"code": "1", "tiemout": None}, "tiemout"),
+        ("/v1/tools/code_exec", {"code": "1", "bogus": None}, "bogus"),
+        ("/v1/tools/code_run", {"arguments": {"code": "1", "bogus": None}}, "arguments.bogus"),
+    ],
+)
+def test_a_null_under_an_unknown_name_is_still_unknown(
+    local_client: Client, path: str, body: dict[str, Any], field: str
+) -> None:
+    assert_error(local_client.request("POST", path, body), 400, "invalid_request", field=field)
+
+
+def test_a_websocket_run_message_posted_to_runs_is_accepted(local_client: Client) -> None:
+    body = {"type": "run", "ref": "r1", "code": "print(3)"}
+    response = local_client.request("POST", "/v1/runs", body)
+    assert response.status == 200, response.body[:500]
+    assert response.json()["stdout"] == "3\n"
+
+
+def test_code_run_ignores_other_keys_of_its_envelope(local_client: Client) -> None:
+    body = {"name": "code_run", "arguments": {"code": "print(4)"}}
+    response = local_client.request("POST", "/v1/tools/code_run", body)
+    assert response.status == 200, response.body[:500]
+    assert response.json()["result"]["output"] == "4\n"
+
+
+def test_a_timeout_of_400_digits_is_clamped_or_refused_never_a_500(local_client: Client) -> None:
+    huge = 10**400
+    answer = local_client.request(
+        "POST", "/v1/tools/code_exec", {"code": "print(5)", "timeout": huge}
+    )
+    assert answer.status == 200 and answer.json()["output"] == "5\n", answer.body[:500]
+    for path, body, field in [
+        ("/v1/runs", {"code": "1", "timeout": huge}, "timeout"),
+        (
+            "/v1/tools/run_python",
+            {"params": {"source": "1", "timeout_seconds": huge}},
+            "params.timeout_seconds",
+        ),
+        (
+            "/v1/tools/code_run",
+            {"arguments": {"code": "1", "timeout_seconds": huge}},
+            "arguments.timeout_seconds",
+        ),
+    ]:
+        assert_error(local_client.request("POST", path, body), 400, "invalid_request", field=field)
+
+
+def test_a_notebook_sent_as_text_is_held_to_the_body_rules(local_client: Client) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    for text, mention in [(deep, "nested"), ('{"nbformat": NaN}', "JSON")]:
+        response = local_client.request("POST", "/v1/notebooks/run", {"notebook": text})
+        assert_error(response, 400, "invalid_request", mention, field="notebook")
+    response = local_client.request("POST", "/v1/notebooks/run", {"notebook": 5})
+    assert_error(response, 400, "invalid_request", field="notebook")

@@ -63,9 +63,11 @@ class Body(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_is_omitted(cls, data: Any) -> Any:
-        """An explicit null is the same as leaving the field out (at every level)."""
+        """An explicit null is the same as leaving the field out (at every level); a null
+        under a name the body does not have is still an unknown field."""
         if isinstance(data, Mapping):
-            return {key: value for key, value in data.items() if value is not None}
+            known = cls.model_fields
+            return {k: v for k, v in data.items() if v is not None or k not in known}
         return data
 
     @classmethod

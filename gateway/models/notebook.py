@@ -19,6 +19,7 @@ import nbformat
 from pydantic import Field
 
 from gateway.errors import InvalidRequest, UnsupportedLanguage
+from gateway.jsoncodec import parse_json
 from gateway.models.base import Body
 from gateway.models.common import LANGUAGES, Language
 from gateway.models.languages import KERNEL_LANGUAGES, notebook_metadata
@@ -30,7 +31,7 @@ _REASON_CHARS = 500
 class NotebookBody(Body):
     """A notebook to replay in one fresh kernel, and how (docs/API.md)."""
 
-    notebook: dict[str, Any] | str = Field(description="nbformat v4 (or older), or its JSON text")
+    notebook: Any = Field(description="nbformat v4 (or older), or its JSON text")
     timeout: float | None = Field(None, description="seconds for all cells together")
     cell_timeout: float | None = Field(None, description="seconds per cell (default: timeout)")
     allow_errors: bool = False
@@ -76,8 +77,9 @@ def cleared(notebook: dict[str, Any], language: Language) -> dict[str, Any]:
     return notebook
 
 
-def read_notebook(raw: Any, notes: list[str]) -> dict[str, Any]:
-    """A valid nbformat v4 notebook from a decoded JSON object (or its JSON text).
+def read_notebook(raw: Any, notes: list[str], max_depth: int) -> dict[str, Any]:
+    """A valid nbformat v4 notebook from a decoded JSON object (or its JSON text, held to
+    the same rules as a body: at most `max_depth` levels deep, no NaN, Unicode text).
 
     Notebooks of older formats are converted to v4; missing or repeated cell ids are
     replaced (with a note), as nbformat's `normalize` does; anything else nbformat's
@@ -85,9 +87,9 @@ def read_notebook(raw: Any, notes: list[str]) -> dict[str, Any]:
     """
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"`notebook` is not valid JSON: {exc}.", field="notebook") from exc
+            raw = parse_json(raw, max_depth, "`notebook`")
+        except InvalidRequest as exc:
+            raise InvalidRequest(exc.message, field="notebook") from None
     if not isinstance(raw, Mapping):
         raise InvalidRequest("`notebook` must be a notebook object.", field="notebook")
     version, minor = raw.get("nbformat"), raw.get("nbformat_minor", 0)

@@ -77,6 +77,9 @@ class CodeRunArguments(Body):
 
 
 class CodeRunBody(Body):
+    # the envelope's other keys (an MCP-style `name`, say) are ignored, as they were
+    model_config = ConfigDict(extra="ignore")
+
     arguments: CodeRunArguments
 
 
@@ -225,9 +228,11 @@ def clamped_timeout(value: Any) -> Any:
         return None
     if isinstance(value, bool):
         return CODE_EXEC_TIMEOUT[2]
+    if isinstance(value, int):  # any size: compared as an integer, never made a float
+        return float(min(max(value, int(CODE_EXEC_TIMEOUT[0])), int(CODE_EXEC_TIMEOUT[1])))
     try:
         seconds = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return CODE_EXEC_TIMEOUT[2]
     if math.isnan(seconds):
         return CODE_EXEC_TIMEOUT[2]

@@ -9,6 +9,7 @@ created (`gateway.sandbox.workspace`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -63,7 +64,7 @@ def notebook_request(body: NotebookBody, settings: Settings, caller: Principal) 
     """A `POST /v1/notebooks/run` body under this gateway's policy (CPU work: nbformat
     validates the notebook; call it in a thread)."""
     notes: list[str] = []
-    notebook = read_notebook(body.notebook, notes)
+    notebook = read_notebook(body.notebook, notes, settings.max_json_depth)
     language = notebook_language(notebook["metadata"])
     code_bytes = sum(
         len(cell_source(c).encode("utf-8", "surrogatepass"))
@@ -198,7 +199,10 @@ def workspace(
 
 
 def parse_run_request(data: Any, settings: Settings, caller: Principal) -> RunRequest:
-    """Decoded JSON of a `POST /v1/runs` body, parsed and put under the policy."""
+    """Decoded JSON of a `POST /v1/runs` body, parsed and put under the policy. A body that
+    is a WebSocket `run` message is accepted as it is: its `type` and `ref` are ignored."""
+    if isinstance(data, Mapping):
+        data = {k: v for k, v in data.items() if k not in ("type", "ref")}
     return run_request(RunBody.parse(data), settings, caller)
 
 

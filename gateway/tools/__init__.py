@@ -75,7 +75,7 @@ def timeout_in_range(
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        or (isinstance(value, float) and not math.isfinite(value))
         or (whole and value != int(value))
         or not low <= value <= high
     ):
