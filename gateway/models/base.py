@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from gateway.errors import (
@@ -51,6 +51,15 @@ _EXPECTED = {
     "model_type": "an object",
     "finite_number": "a finite number",
 }
+
+
+def component(name: str, description: str | None = None) -> WithJsonSchema:
+    """A field kept as plain JSON at run time whose schema in the OpenAPI document is the
+    component `name` (nbformat's outputs, a chart, ...)."""
+    schema: dict[str, Any] = {"$ref": f"#/components/schemas/{name}"}
+    if description:
+        schema["description"] = description
+    return WithJsonSchema(schema)
 
 
 class Body(BaseModel):
