@@ -91,7 +91,7 @@ class Chart(BaseModel):
     mime: Literal["image/png", "image/jpeg", "image/svg+xml"]
     data: str = Field(description="base64 for PNG/JPEG, the text for SVG")
     source: Literal["display", "savefig"]
-    path: str = Field("", description="the path given to `savefig`")
+    path: str | None = Field(None, description="the path given to `savefig`")
     spec: ChartSpec | None = None
 
 

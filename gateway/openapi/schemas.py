@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -15,6 +16,7 @@ from gateway.models import answers, notebook, record, run, stream, tools
 
 Schema = dict[str, Any]
 PREFIX = "#/components/schemas/"
+LINE_BREAK = re.compile(r"(?<!\n)\n(?!\n)")
 
 # (model, the name the document gives it); bodies are described as pydantic validates them,
 # answers as they are sent.
@@ -73,6 +75,8 @@ def _generated(models: tuple[tuple[type[BaseModel], str], ...], mode: JsonSchema
     defs: Schema = document["$defs"]
     for schema in defs.values():
         schema.pop("title", None)
+        if "description" in schema:  # a docstring's line breaks are not the text's
+            schema["description"] = LINE_BREAK.sub(" ", schema["description"])
     return defs
 
 
