@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.auth import Principal
 from gateway.errors import InvalidRequest
+from gateway.models import tools as limits
 from gateway.models.record import RunRecord
 from gateway.models.request import RunRequest
 from gateway.runs.requests import parse_run_request
@@ -32,12 +33,12 @@ from gateway.tools import (
     require_object,
 )
 
-FIELDS = frozenset({"code", "working_dir", "timeout", "background"})
-DEFAULT_TIMEOUT = 30.0
-BACKGROUND_TIMEOUT = 300.0
-MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 300.0
-STDERR_PREFIX = "[stderr] "
-NO_OUTPUT = "(no output)"
+# the manual's limits, written once in gateway.models.tools
+FIELDS = frozenset(limits.CodeExecBody.model_fields)
+MIN_TIMEOUT, MAX_TIMEOUT, DEFAULT_TIMEOUT = limits.CODE_EXEC_TIMEOUT
+BACKGROUND_TIMEOUT = limits.CODE_EXEC_BACKGROUND_TIMEOUT
+STDERR_PREFIX = limits.CODE_EXEC_STDERR_PREFIX
+NO_OUTPUT = limits.CODE_EXEC_NO_OUTPUT
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from gateway.auth import Principal
 from gateway.errors import InvalidPath, InvalidRequest
+from gateway.models import tools as limits
 from gateway.models.record import RunRecord
 from gateway.models.request import RunRequest
 from gateway.models.run import checked_path
@@ -36,17 +37,16 @@ from gateway.tools import (
 )
 
 TOOL = "code_run"
-TOOL_WORKDIR = "/home/daytona"  # the manual's working directory
-ARGUMENTS = frozenset({"code", "language", "timeout_seconds", "files", "return_files"})
-FILE_FIELDS = frozenset({"path", "content"})
-DEFAULT_TIMEOUT = 30
-MIN_TIMEOUT, MAX_TIMEOUT = 1, 120
-MAX_FILES = 10
-MAX_FILE_CHARS = 1_000_000
-MAX_RETURN_FILES = 10
-RETURN_FILE_BYTES = 1_000_000  # "1 MB" per returned file
-RETURN_TOTAL_BYTES = 2_000_000  # "2 MB in all"
-OUTPUT_LIMIT, OUTPUT_HEAD, OUTPUT_TAIL = 50_000, 10_000, 40_000
+# the manual's limits, written once in gateway.models.tools
+ARGUMENTS = frozenset(limits.CodeRunArguments.model_fields)
+FILE_FIELDS = frozenset(limits.CodeRunFile.model_fields)
+MIN_TIMEOUT, MAX_TIMEOUT, DEFAULT_TIMEOUT = limits.CODE_RUN_TIMEOUT
+MAX_FILES = limits.CODE_RUN_MAX_FILES
+MAX_FILE_CHARS = limits.CODE_RUN_MAX_FILE_CHARS
+MAX_RETURN_FILES = limits.CODE_RUN_MAX_RETURN_FILES
+RETURN_FILE_BYTES = limits.CODE_RUN_RETURN_FILE_BYTES
+RETURN_TOTAL_BYTES = limits.CODE_RUN_RETURN_TOTAL_BYTES
+OUTPUT_LIMIT, OUTPUT_HEAD, OUTPUT_TAIL = limits.CODE_RUN_OUTPUT
 
 _RENAMES = {
     "code": "arguments.code",
@@ -102,17 +102,6 @@ def _timeout(value: Any) -> int:
     )
 
 
-def _in_workdir(path: str) -> str:
-    """`/home/daytona/x` -> `x`; anything else unchanged."""
-    if path.startswith("/"):
-        normal = posixpath.normpath(path)
-        if normal == TOOL_WORKDIR:
-            return "."
-        if normal.startswith(TOOL_WORKDIR + "/"):
-            return normal[len(TOOL_WORKDIR) + 1 :]
-    return path
-
-
 def _files(value: Any) -> list[dict[str, str]] | None:
     if value is None:
         return None
@@ -136,7 +125,9 @@ def _files(value: Any) -> list[dict[str, str]] | None:
                 field=f"{field}.content",
             )
         raw = item.get("path")
-        path = checked_path(_in_workdir(raw) if isinstance(raw, str) else raw, f"{field}.path")
+        path = checked_path(
+            limits.in_code_run_workdir(raw) if isinstance(raw, str) else raw, f"{field}.path"
+        )
         files.append({"path": path, "content": content})
     return files
 
@@ -159,7 +150,7 @@ def _return_files(value: Any) -> tuple[ReturnFile, ...]:
             raise InvalidPath(
                 "The path contains a NUL byte.", field=f"arguments.return_files[{index}]"
             )
-        path = _in_workdir(asked)
+        path = limits.in_code_run_workdir(asked)
         if path.startswith("/"):  # the pipeline reads it if it is inside the working folder
             entries.append(ReturnFile(asked, path, path))
             continue
