@@ -9,6 +9,7 @@ import io
 import json
 import re
 import zipfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,6 +58,60 @@ def test_health_is_public_and_everything_else_needs_the_token() -> None:
         ("/", "get"),
         ("/static/{name}", "get"),
     }
+
+
+def test_an_explicit_null_is_documented_as_allowed() -> None:
+    """The document says null is the same as leaving a field out: every optional field of
+    every body accepts it (the hand-written document once refused null `timeout`, `files`,
+    `vars` that the gateway accepted)."""
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
+    given = {
+        "RunRequest": {"code": "1"},
+        "StagedFile": {"path": "a.txt"},
+        "StreamRunMessage": {"type": "run", "code": "1"},
+        "StreamCancelMessage": {"type": "cancel", "id": "run_00"},
+        "NotebookRunRequest": {"notebook": notebook},
+        "CodeExecRequest": {"code": "1"},
+        "CodeRunArguments": {"code": "1"},
+        "RunPythonInput": {},
+        "RunPythonParams": {"source": "1"},
+    }
+    for name, required in given.items():
+        properties = DOC["components"]["schemas"][name]["properties"]
+        optional = {key: None for key in properties if key not in required}
+        assert len(optional) >= 1, name
+        assert_valid(name, {**required, **optional})
+
+
+API_MD = Path(__file__).resolve().parent.parent / "docs" / "API.md"
+EXAMPLE = re.compile(r"(?:<!-- schema: (\w+) -->\n)?```json\n(.*?)```", re.DOTALL)
+# ```json blocks of docs/API.md that are not a body or an answer (by their first line)
+NOT_BODIES: set[str] = set()
+
+
+def api_examples() -> list[tuple[str | None, str]]:
+    return [(m.group(1), m.group(2)) for m in EXAMPLE.finditer(API_MD.read_text("utf-8"))]
+
+
+def test_every_example_in_the_api_contract_validates() -> None:
+    """Each ```json block of docs/API.md follows a `<!-- schema: Name -->` line naming the
+    component it is an example of, and validates against it (or is listed in NOT_BODIES)."""
+    examples = api_examples()
+    named = {name for name, _ in examples if name is not None}
+    assert len(named) >= 10, f"only {sorted(named)} have examples"
+    for name, text in examples:
+        if name is None:
+            assert text.split("\n", 1)[0] in NOT_BODIES, f"an example names no schema: {text}"
+            continue
+        assert name in DOC["components"]["schemas"], name
+        assert_valid(name, json.loads(text))
+
+
+def test_a_wrong_example_fails() -> None:
+    text = '<!-- schema: RunRequest -->\n```json\n{"code": 1}\n```'
+    [(name, body)] = [(m.group(1), m.group(2)) for m in EXAMPLE.finditer(text)]
+    with pytest.raises(AssertionError, match="RunRequest"):
+        assert_valid(str(name), json.loads(body))
 
 
 # --- routes <-> paths -----------------------------------------------------------------------

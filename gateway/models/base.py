@@ -14,8 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetJsonSchemaHandler,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from gateway.errors import (
     ConflictingFields,
@@ -53,6 +61,15 @@ _EXPECTED = {
 }
 
 
+def component(name: str, description: str | None = None) -> WithJsonSchema:
+    """A field kept as plain JSON at run time whose schema in the OpenAPI document is the
+    component `name` (nbformat's outputs, a chart, ...)."""
+    schema: dict[str, Any] = {"$ref": f"#/components/schemas/{name}"}
+    if description:
+        schema["description"] = description
+    return WithJsonSchema(schema)
+
+
 class Body(BaseModel):
     """A JSON body (or part of one) the API accepts."""
 
@@ -71,6 +88,21 @@ class Body(BaseModel):
         return data
 
     @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The JSON Schema says what `_null_is_omitted` does: every optional field accepts
+        null."""
+        json_schema = handler(core_schema)
+        if handler.mode == "validation":
+            target = handler.resolve_ref_schema(json_schema)
+            required = set(target.get("required", ()))
+            for name, field in target.get("properties", {}).items():
+                if name not in required and not _accepts_null(field):
+                    target["properties"][name] = _or_null(field)
+        return json_schema
+
+    @classmethod
     def parse(cls: type[B], data: Any, prefix: str = "") -> B:
         """Validate decoded JSON; every problem is the API's GatewayError."""
         if not isinstance(data, Mapping):
@@ -81,6 +113,19 @@ class Body(BaseModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise translate(exc, prefix) from None
+
+
+def _accepts_null(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "null" or any(
+        option.get("type") == "null" for option in schema.get("anyOf", ())
+    )
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` or null; what describes the field (default, description) stays outside."""
+    outer: dict[str, Any] = {k: schema[k] for k in ("default", "description") if k in schema}
+    inner = {key: value for key, value in schema.items() if key not in outer}
+    return {"anyOf": [inner, {"type": "null"}], **outer}
 
 
 def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:

@@ -13,10 +13,10 @@ import copy
 import json
 import secrets
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Annotated, Any, TypeGuard
 
 import nbformat
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from gateway.errors import InvalidRequest, UnsupportedLanguage
 from gateway.jsoncodec import parse_json
@@ -29,12 +29,47 @@ _REASON_CHARS = 500
 
 
 class NotebookBody(Body):
-    """A notebook to replay in one fresh kernel, and how (docs/API.md)."""
+    """The notebook with run options. Unknown fields are 400 invalid_request. The kernel is
+    chosen from `metadata.kernelspec` / `language_info` (python, bash, typescript or
+    javascript, Deno's kernel `deno` too; python when absent; anything else 400
+    unsupported_language)."""
 
-    notebook: Any = Field(description="nbformat v4 (or older), or its JSON text")
-    timeout: float | None = Field(None, description="seconds for all cells together")
-    cell_timeout: float | None = Field(None, description="seconds per cell (default: timeout)")
-    allow_errors: bool = False
+    notebook: Annotated[
+        Any,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"$ref": "#/components/schemas/Notebook"},
+                    {"type": "string", "description": "the notebook's JSON text"},
+                ],
+                "description": "nbformat v4 (or older, converted to v4)",
+            }
+        ),
+    ]
+    timeout: float | None = Field(
+        None,
+        description=(
+            "wall-clock limit for all cells together, seconds (default 30), from the first "
+            "cell's start; clamped to [1, max_timeout] exactly like a run's `timeout`"
+        ),
+    )
+    cell_timeout: float | None = Field(
+        None,
+        description=(
+            "limit for each cell, seconds (clamped the same way; default: `timeout`); a cell "
+            "runs for at most min(cell_timeout, what is left of timeout), and a cell that "
+            "times out stops the replay (`timed_out`)"
+        ),
+    )
+    allow_errors: bool = Field(
+        False,
+        description=(
+            "false: the first cell that raises stops the replay (later cells keep no outputs "
+            "and no execution count; the run is `failed`) unless it is tagged "
+            "`raises-exception`, as in nbclient; true: every cell runs, errors are recorded in "
+            "their cells. Cells tagged `skip-execution` are not run"
+        ),
+    )
     files: list[FileBody] | None = None
     return_files: list[ReturnPattern] | None = None
     vars: dict[str, Any] | None = None

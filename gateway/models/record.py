@@ -9,17 +9,29 @@ schema describes outputs).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, RootModel, computed_field
 
+from gateway.models.base import component
 from gateway.models.common import FINAL_STATUSES, KillReason, Language, Status, now_rfc3339
+
+STATUS = (
+    "`queued`/`running` only while a background run is in progress. `succeeded`: exit code "
+    "0. `failed`: the code failed (non-zero exit, uncaught exception), or the kernel died of "
+    "something else than a limit (then `exit_code` is 128+signal and a note says so), or the "
+    "gateway could not run it (a note says why). `timed_out`: the timeout ended it "
+    "(`kill_reason: timeout`). `killed`: a limit ended it (`kill_reason` memory, pids or "
+    "output_limit); a memory or process limit that struck before a timeout reports `killed` "
+    "with that reason and `timed_out: true`. `cancelled`: `DELETE /v1/runs/{id}` or a "
+    "WebSocket cancel (`kill_reason: cancelled`)."
+)
 
 
 class Usage(BaseModel):
     """What the run's sandbox used."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
 
     wall_ms: int = Field(
         0, ge=0, description="from the start of the run (sandbox start included) to its end"
@@ -31,6 +43,90 @@ class Usage(BaseModel):
         return self.model_dump()
 
 
+# --- the record's parts: kept as plain JSON at run time, described by these models --------
+
+
+class RunError(BaseModel):
+    """The uncaught error (Python: the exception; `SystemExit(0)` is none)."""
+
+    ename: str
+    evalue: str
+    traceback: list[str] = Field(description="lines, with the kernel's ANSI colour codes")
+
+
+Point = float | str | None
+
+
+class ChartSeries(BaseModel):
+    type: Literal["line", "bar", "scatter", "pie"]
+    label: str | None
+    x: list[Point] = []
+    y: list[Point]
+    tick_labels: list[str] = []
+    labels: list[str] = []
+
+
+class ChartAxes(BaseModel):
+    type: str = Field(description="line, bar, scatter, pie, mixed, unknown or subplots")
+    title: str | None
+    x_label: str | None
+    y_label: str | None
+    series: list[ChartSeries]
+
+
+class ChartSpec(ChartAxes):
+    """The chart's data, read back from the matplotlib figure when it can be (best effort,
+    at most 1000 points per series). For several axes, `type` is `subplots`, the top-level
+    fields describe the first axes and `axes` lists all."""
+
+    axes: list[ChartAxes] | None = None
+
+
+class Chart(BaseModel):
+    """An image the run produced: `plt.show()`, a figure left open at the end of the run, a
+    `savefig` call (with the path it saved to), or any PNG/JPEG/SVG display."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mime: Literal["image/png", "image/jpeg", "image/svg+xml"]
+    data: str = Field(description="base64 for PNG/JPEG, the text for SVG")
+    source: Literal["display", "savefig"]
+    path: str | None = Field(None, description="the path given to `savefig`")
+    spec: ChartSpec | None = None
+
+
+class ReturnedFileContent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    size: int = Field(ge=0)
+    encoding: Literal["utf-8", "base64"] = Field(
+        description="utf-8 when the bytes are valid UTF-8, else base64"
+    )
+    content: str
+
+
+class ReturnedFileError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    size: int | None = Field(description="the size when known (a file over a limit), else null")
+    error: str = Field(
+        description=(
+            'Why it was not returned: "not found", "is a folder", "outside the working '
+            'folder", "not a regular file", "larger than the limit of N bytes", "the total '
+            'size limit of returned files was reached", "grew past the size limit", "no file '
+            "matches\" (a glob), or the operating system's reason."
+        )
+    )
+
+
+class ReturnedFile(RootModel[ReturnedFileContent | ReturnedFileError]):
+    """One `return_files` match, in the order asked; a glob gives one entry per match
+    (folders skipped). Read after the run, also after a timeout; links are followed only
+    while they stay inside the working folder."""
+
+
 # The gateway's own fields: stored with the record, never sent.
 PRIVATE_FIELDS = frozenset({"user", "code", "created_at", "notebook", "result_note"})
 
@@ -40,11 +136,11 @@ class RunRecord(BaseModel):
     GET and DELETE /v1/runs/{id}, the `run` of a WebSocket `done` message and of
     POST /v1/notebooks/run."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", json_schema_serialization_defaults_required=True)
 
     id: str
     language: Language
-    status: Status = "queued"
+    status: Status = Field("queued", description=STATUS)
     exit_code: int | None = Field(
         None,
         description=(
@@ -67,7 +163,7 @@ class RunRecord(BaseModel):
             "kills the run (`kill_reason: output_limit`)."
         ),
     )
-    outputs: list[dict[str, Any]] = Field(default_factory=list)
+    outputs: list[Annotated[dict[str, Any], component("Output")]] = Field(default_factory=list)
     result: Any = Field(
         None,
         description=(
@@ -78,7 +174,7 @@ class RunRecord(BaseModel):
             "`max_json_depth` levels deep. Null for bash and for runs that did not finish."
         ),
     )
-    error: dict[str, Any] | None = Field(
+    error: Annotated[dict[str, Any], component("RunError")] | None = Field(
         None,
         description=(
             "The uncaught error. Its `evalue` and its `traceback` (in all) are each cut to "
@@ -86,8 +182,8 @@ class RunRecord(BaseModel):
             "`ename` to 1 KiB; the error output in `outputs` is the same cut error."
         ),
     )
-    charts: list[dict[str, Any]] = Field(default_factory=list)
-    files: list[dict[str, Any]] = Field(default_factory=list)
+    charts: list[Annotated[dict[str, Any], component("Chart")]] = Field(default_factory=list)
+    files: list[Annotated[dict[str, Any], component("ReturnedFile")]] = Field(default_factory=list)
     timed_out: bool = False
     kill_reason: KillReason | None = None
     usage: Usage = Field(default_factory=Usage)

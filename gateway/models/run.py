@@ -107,11 +107,15 @@ Environment = Annotated[dict[str, Any], AfterValidator(environment)]
 
 
 class FileBody(Body):
-    """A file written into the working folder before the run (other keys are ignored)."""
+    """A file written into the working folder before the run; folders are created. Other
+    keys are ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
-    path: RelativePath = Field(description="relative; no `..`, no leading `/`, no NUL")
+    path: RelativePath = Field(
+        json_schema_extra={"minLength": 1},
+        description="relative; no `..`, no leading `/`, no NUL (else 400 invalid_path)",
+    )
     encoding: Literal["utf-8", "base64"] = "utf-8"
     content: str = ""
     _data: bytes = PrivateAttr(b"")
@@ -138,22 +142,109 @@ class FileBody(Body):
 
 
 class RunBody(Body):
-    """A request to run code once in a fresh kernel (docs/API.md, POST /v1/runs)."""
+    """Exactly one of `code` and `entrypoint` is required (both: 400 conflicting_fields;
+    neither: 400 invalid_request, field `code`). Unknown fields are refused: 400
+    invalid_request with `field` naming the first unknown one. An explicit `null` is the
+    same as leaving a field out."""
 
-    code: str | None = Field(None, description="the source to run")
-    language: Language = "python"
-    timeout: float | None = Field(None, description="seconds; clamped to [1, max_timeout]")
-    files: list[FileBody] | None = None
-    entrypoint: RelativePath | None = Field(
-        None, description="a path among `files` (or the archive) to run instead of `code`"
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [{"required": ["code"]}, {"required": ["entrypoint"]}],
+            "example": {
+                "code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+                "timeout": 20,
+            },
+        }
     )
-    archive: str | None = Field(None, min_length=1, description="an id from POST /v1/uploads")
-    vars: dict[str, Any] | None = None
-    env: Environment | None = None
-    return_files: list[ReturnPattern] | None = None
-    background: bool | None = None
-    network: bool | None = None
-    working_dir: FolderPath | None = None
+
+    code: str | None = Field(
+        None, description="the source to run; at most `max_code_bytes` (default 1 MiB): 413"
+    )
+    language: Language = Field(
+        "python",
+        description="anything else: 400 unsupported_language, listing the supported ones",
+    )
+    timeout: float | None = Field(
+        None,
+        description=(
+            "Wall-clock limit in seconds (default 30). Clamped to [1, `max_timeout`] (default "
+            "300); a clamp is reported in `notes`. A non-number (or NaN/Infinity) is 400. The "
+            "deadline counts from when the code is sent to the kernel: starting the sandbox "
+            "and kernel is bounded separately by the operator's `kernel_start_timeout` "
+            "(default 60 s; past it, 503 sandbox_unavailable). At the deadline the kernel is "
+            "interrupted, gets a short grace period to flush, then every process of the "
+            "sandbox is killed."
+        ),
+    )
+    files: list[FileBody] | None = Field(
+        None,
+        description=(
+            "Written into the working folder before the run (after `archive`). A path given "
+            "twice: 400. Over the operator's count (default 1000), per-file (10 MiB decoded) "
+            "or total (32 MiB) limits: 413."
+        ),
+    )
+    entrypoint: RelativePath | None = Field(
+        None,
+        json_schema_extra={"minLength": 1},
+        description=(
+            "a path among `files` (or inside the archive) to run instead of `code`: Python "
+            "runs it as `__main__` (`%run -i`), bash with `bash`, JavaScript/TypeScript "
+            "import it as a module"
+        ),
+    )
+    archive: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "an id from POST /v1/uploads, unpacked into the working folder before `files`; "
+            "403 archive_mode_disabled unless the operator enabled uploads; an unknown or "
+            "expired id (or another user's upload) is 404 not_found"
+        ),
+    )
+    vars: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "Python, JavaScript, TypeScript: each key that is a valid identifier and not "
+            "`input`, `result` or `output` becomes a global; every key is in the global "
+            "`input`. Bash: values must be strings or numbers and keys valid variable names "
+            "(else 400); they become environment variables."
+        ),
+    )
+    env: Environment | None = Field(
+        None,
+        description="extra environment variables for the kernel (no NUL in values)",
+        json_schema_extra={
+            "propertyNames": {"pattern": ENV_NAME.pattern},
+            "additionalProperties": {"type": "string"},
+        },
+    )
+    return_files: list[ReturnPattern] | None = Field(
+        None,
+        description=(
+            "paths or glob patterns (`*`, `?`, `[...]`, `**`) relative to the working folder, "
+            "read back after the run, also after a timeout; at most `max_return_files` "
+            "(default 100; more: 413); each file up to 1 MiB, 8 MiB in all (operator's)"
+        ),
+    )
+    background: bool | None = Field(
+        None, description="answer 202 `{id, status}` at once; poll GET /v1/runs/{id}"
+    )
+    network: bool | None = Field(
+        None, description="outbound network; 403 forbidden unless the operator enabled it"
+    )
+    working_dir: FolderPath | None = Field(
+        None,
+        json_schema_extra={"minLength": 1},
+        description=(
+            "Run inside the caller's persistent workspace (mounted read-write; files written "
+            "there stay). A non-admin caller is confined to `<workspaces>/<user>/`: a "
+            "relative path resolves inside it (leaving it: 400 invalid_path), an absolute "
+            "path outside it is replaced by that root and a note says so. An admin may name "
+            "any folder the operator allows (else 403). 403 when the operator configured no "
+            "workspaces."
+        ),
+    )
 
     @model_check(mode="after")
     def _code_or_entrypoint(self) -> RunBody:

@@ -10,7 +10,7 @@ import math
 import posixpath
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field, RootModel
 from pydantic import model_validator as model_check
 
 from gateway.errors import ConflictingFields, InvalidRequest
@@ -63,21 +63,47 @@ class CodeRunFile(Body):
 
 
 class CodeRunArguments(Body):
-    code: str
-    language: Language = "python"
+    """Unknown arguments are 400 invalid_request (`field` e.g. `arguments.timeout`). Paths
+    may be relative or under `/home/daytona` (the original tool's working directory, an
+    alias of the run's)."""
+
+    code: str = Field(description="the code to run; print what you want back")
+    language: Language = Field(
+        "python",
+        description=(
+            "`bash` runs the code as a bash script (python3, deno and git on its PATH); "
+            "`javascript` and `typescript` run in Deno"
+        ),
+    )
     timeout_seconds: Annotated[
         float,
         Field(ge=CODE_RUN_TIMEOUT[0], le=CODE_RUN_TIMEOUT[1]),
         AfterValidator(whole_seconds),
-    ] = CODE_RUN_TIMEOUT[2]
-    files: list[CodeRunFile] | None = Field(None, max_length=CODE_RUN_MAX_FILES)
+    ] = Field(
+        CODE_RUN_TIMEOUT[2],
+        description=f"whole seconds; outside {CODE_RUN_TIMEOUT[0]}-{CODE_RUN_TIMEOUT[1]}: 400",
+    )
+    files: list[CodeRunFile] | None = Field(
+        None,
+        max_length=CODE_RUN_MAX_FILES,
+        description=(
+            f"text files written before the run (folders made); more than "
+            f"{CODE_RUN_MAX_FILES}, or a content over {CODE_RUN_MAX_FILE_CHARS:,} characters: 400"
+        ),
+    )
     return_files: list[Annotated[str, AfterValidator(named_file)]] | None = Field(
-        None, max_length=CODE_RUN_MAX_RETURN_FILES
+        None,
+        max_length=CODE_RUN_MAX_RETURN_FILES,
+        description=(
+            "file paths (not patterns) read back after the run, also after a timeout; 1 MB "
+            "each, 2 MB in all (past that the entry has `error`)"
+        ),
     )
 
 
 class CodeRunBody(Body):
-    # the envelope's other keys (an MCP-style `name`, say) are ignored, as they were
+    """Other top-level keys (the caller's envelope) are ignored."""
+
     model_config = ConfigDict(extra="ignore")
 
     arguments: CodeRunArguments
@@ -93,16 +119,30 @@ class CodeRunFileResult(Body):
 
 class CodeRunResult(Body):
     language: Language
-    exit_code: int | None
-    output: str
+    exit_code: int | None = Field(description="null when the run hit `timeout_seconds`")
+    output: str = Field(
+        description=(
+            f"stdout and stderr together; over {CODE_RUN_OUTPUT[0]:,} characters the first "
+            f"{CODE_RUN_OUTPUT[1]:,} and the last {CODE_RUN_OUTPUT[2]:,} are kept; empty after "
+            "a timeout (the output is lost, as with the original tool)"
+        )
+    )
     truncated: bool
     timed_out: bool
-    files: list[CodeRunFileResult] | None = None
-    notes: list[str] | None = None
+    files: list[CodeRunFileResult] | None = Field(
+        None, description="present when `return_files` was given, in that order"
+    )
+    notes: list[str] | None = Field(
+        None,
+        description=(
+            "present when something was not returned (e.g. charts: save them and name the "
+            "file in `return_files`)"
+        ),
+    )
 
 
 class CodeRunAnswer(Body):
-    id: str
+    id: str = Field(description="the run id (GET /v1/runs/{id})")
     tool: Literal["code_run"] = "code_run"
     result: CodeRunResult
 
@@ -131,10 +171,26 @@ def small_file(content: str) -> str:
 
 
 class RunPythonInput(Body):
-    vars: dict[str, Any] | None = None
+    vars: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "each key that is a valid identifier and not input/result/output becomes a "
+            "variable; every key is in the dict `input`"
+        ),
+    )
 
 
 class RunPythonParams(Body):
+    __doc__ = (
+        "Exactly one of `source`, `files` and `archive_file_id` (none: 400 invalid_request; "
+        "two: 400 conflicting_fields); `entrypoint` is required with `files` or "
+        "`archive_file_id` and refused with `source`. Runs get no network and "
+        f"{RUN_PYTHON_MEMORY_BYTES // 2**20} MB of memory. Limits: source 1-"
+        f"{RUN_PYTHON_SOURCE_CHARS:,} characters, at most {RUN_PYTHON_MAX_FILES} files of "
+        f"{RUN_PYTHON_MAX_FILE_BYTES // 1024} KiB, {RUN_PYTHON_MAX_REQUEST_BYTES // 1024} KiB "
+        "for the whole request with `files`; over them: 400."
+    )
+
     source: str | None = Field(None, min_length=1, max_length=RUN_PYTHON_SOURCE_CHARS)
     files: (
         Annotated[
@@ -143,10 +199,20 @@ class RunPythonParams(Body):
         ]
         | None
     ) = None
-    archive_file_id: str | None = Field(None, min_length=1)
+    archive_file_id: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "an id from POST /v1/uploads (403 archive_mode_disabled when uploads are off; "
+            "404 not_found for an unknown or expired id)"
+        ),
+    )
     entrypoint: RelativePath | None = None
     timeout_seconds: Annotated[float, Field(ge=RUN_PYTHON_TIMEOUT[0], le=RUN_PYTHON_TIMEOUT[1])] = (
-        RUN_PYTHON_TIMEOUT[2]
+        Field(
+            RUN_PYTHON_TIMEOUT[2],
+            description=f"seconds; outside {RUN_PYTHON_TIMEOUT[0]}-{RUN_PYTHON_TIMEOUT[1]}: 400",
+        )
     )
 
     @model_check(mode="after")
@@ -183,6 +249,8 @@ class RunPythonParams(Body):
 
 
 class RunPythonBody(Body):
+    """Unknown fields inside `input` and `params` are 400 invalid_request."""
+
     # other keys of the step the manual describes are ignored, as the tool does
     model_config = ConfigDict(extra="ignore")
 
@@ -207,11 +275,22 @@ class RunPythonBody(Body):
 
 
 class RunPythonAnswer(Body):
-    result: Any = None
-    stdout: str
-    stderr: str
-    stdout_truncated: bool | None = None
-    stderr_truncated: bool | None = None
+    result: Any = Field(
+        description=(
+            "the value of `result` (else `output`) after a successful run, when "
+            "JSON-serialisable; null otherwise"
+        )
+    )
+    stdout: str = Field(description=f"the first {RUN_PYTHON_STREAM_BYTES // 1024} KiB")
+    stderr: str = Field(
+        description=(
+            f"the first {RUN_PYTHON_STREAM_BYTES // 1024} KiB, then the traceback of an "
+            "uncaught error and a line saying why the gateway ended the run (timeout, "
+            "memory), if it did"
+        )
+    )
+    stdout_truncated: Literal[True] | None = Field(None, description="present only when cut")
+    stderr_truncated: Literal[True] | None = Field(None, description="present only when cut")
 
 
 # --- code_exec (reference/code_exec-manual.txt) -------------------------------------------
@@ -240,20 +319,46 @@ def clamped_timeout(value: Any) -> Any:
 
 
 class CodeExecBody(Body):
+    """Unknown fields are 400 invalid_request. The code is Python."""
+
     code: str
-    working_dir: str | None = None
+    working_dir: str | None = Field(
+        None, description="as a run's `working_dir` (the caller's persistent workspace)"
+    )
     timeout: Annotated[Any, AfterValidator(clamped_timeout)] = Field(
-        None, description="seconds; clamped to 1..300, a non-number means 30"
+        None,
+        description=(
+            f"seconds, clamped, never refused: below {CODE_EXEC_TIMEOUT[0]:g} becomes "
+            f"{CODE_EXEC_TIMEOUT[0]:g}, above {CODE_EXEC_TIMEOUT[1]:g} becomes "
+            f"{CODE_EXEC_TIMEOUT[1]:g}, a non-number falls back to {CODE_EXEC_TIMEOUT[2]:g}; "
+            f"with `background` and none, {CODE_EXEC_BACKGROUND_TIMEOUT:g}"
+        ),
     )
     background: bool | None = None
 
 
-class CodeExecAnswer(Body):
-    success: bool
-    exit_code: int | None = None
-    output: str
-    error: Literal["timeout"] | None = None
+class CodeExecResult(Body):
+    success: bool = Field(description="exit code 0")
+    exit_code: int | None = Field(
+        description="null when a limit (memory, processes, output) killed the run"
+    )
+    output: str = Field(
+        description=(
+            f"stdout and stderr as they arrived, each stderr line prefixed "
+            f"`{CODE_EXEC_STDERR_PREFIX}`; `{CODE_EXEC_NO_OUTPUT}` when empty"
+        )
+    )
 
 
-class CodeExecAccepted(Body):
-    task_id: str
+class CodeExecTimeout(Body):
+    success: Literal[False]
+    error: Literal["timeout"]
+    output: str = Field(description="`Code execution timed out after Ns`: nothing of the run")
+
+
+class CodeExecAnswer(RootModel[CodeExecResult | CodeExecTimeout]):
+    pass
+
+
+class CodeExecStarted(Body):
+    task_id: str = Field(description="a run id: its record is at GET /v1/runs/{task_id}")

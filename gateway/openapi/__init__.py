@@ -1,10 +1,11 @@
-"""The OpenAPI 3.1 document of the gateway's API, built as a plain dict.
+"""The OpenAPI 3.1 document of the gateway's API.
 
-`build_document()` assembles it from one module per endpoint group (each holds that
-group's paths and its own request/answer schemas) plus `common` (the error shape, the run
-record and what several groups share). `tests/test_openapi.py` checks that it is valid
-OpenAPI 3.1, that its paths and methods are exactly the routes of `gateway.app`, that real
-answers validate against it, and fuzzes the real app from it.
+Its component schemas are generated from the pydantic models that parse the bodies and
+describe the answers, and from nbformat's own schema (`schemas`); the paths are a small
+hand-written table (`paths`); the error answers and their codes are in `errors`.
+`tests/test_openapi.py` checks that it is valid OpenAPI 3.1, that its paths and methods are
+exactly the routes of `gateway.app`, that real answers validate against it, and fuzzes the
+real app from it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import copy
 import functools
 from typing import Any
 
-from gateway.openapi import notebooks, ops, page, runs, stream, tools, uploads
-from gateway.openapi.common import ERROR_CODES, Schema, error_response_components, shared_schemas
+from gateway.openapi.errors import ERROR_CODES, Schema, error_response_components
+from gateway.openapi.paths import PATHS
+from gateway.openapi.schemas import component_schemas
 from gateway.version import __version__
 
 __all__ = ["ERROR_CODES", "build_document"]
-
-_GROUPS = (ops, runs, notebooks, uploads, tools, stream, page)
 
 _DESCRIPTION = """\
 Every request runs in a **fresh Jupyter kernel** (Python: ipykernel; bash: the gateway's own
@@ -95,17 +95,6 @@ final record has the kept head and tail.
 
 @functools.cache
 def _document() -> Schema:
-    paths: Schema = {}
-    schemas: Schema = shared_schemas()
-    for group in _GROUPS:
-        for name in group.SCHEMAS:
-            if name in schemas:
-                raise RuntimeError(f"schema {name} is defined twice")
-        schemas.update(group.SCHEMAS)
-        for path in group.PATHS:
-            if path in paths:
-                raise RuntimeError(f"path {path} is defined twice")
-        paths.update(group.PATHS)
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
@@ -126,7 +115,7 @@ def _document() -> Schema:
             {"name": "tools", "description": "Adapters for existing code-execution tools."},
             {"name": "operations", "description": "Health, metrics, this document."},
         ],
-        "paths": paths,
+        "paths": PATHS,
         "components": {
             "securitySchemes": {
                 "bearer": {
@@ -141,7 +130,7 @@ def _document() -> Schema:
                     "description": "only for the WebSocket handshake of /v1/stream",
                 },
             },
-            "schemas": schemas,
+            "schemas": component_schemas(ERROR_CODES),
             "responses": error_response_components(),
         },
     }

@@ -21,6 +21,7 @@ from typing import Any
 
 from gateway.auth import Principal
 from gateway.errors import ConflictingFields, Forbidden, InvalidRequest
+from gateway.models import tools as limits
 from gateway.models.record import RunRecord
 from gateway.models.request import RunRequest
 from gateway.models.run import checked_path
@@ -36,18 +37,17 @@ from gateway.tools import (
     timeout_in_range,
 )
 
-KiB = 1024
-TYPE = "code.run_python"
-INPUT = frozenset({"vars"})
-PARAMS = frozenset({"source", "files", "archive_file_id", "entrypoint", "timeout_seconds"})
-MAX_SOURCE_CHARS = 50_000
-MAX_FILES = 64
-MAX_FILE_BYTES = 64 * KiB
-MAX_REQUEST_BYTES = 96 * KiB
-DEFAULT_TIMEOUT = 5
-MIN_TIMEOUT, MAX_TIMEOUT = 1, 30
-STREAM_CAP_BYTES = 64 * KiB
-MEMORY_BYTES = 512 * 1024 * 1024
+# the manual's limits, written once in gateway.models.tools
+TYPE = limits.RUN_PYTHON_TYPE
+INPUT = frozenset(limits.RunPythonInput.model_fields)
+PARAMS = frozenset(limits.RunPythonParams.model_fields)
+MAX_SOURCE_CHARS = limits.RUN_PYTHON_SOURCE_CHARS
+MAX_FILES = limits.RUN_PYTHON_MAX_FILES
+MAX_FILE_BYTES = limits.RUN_PYTHON_MAX_FILE_BYTES
+MAX_REQUEST_BYTES = limits.RUN_PYTHON_MAX_REQUEST_BYTES
+MIN_TIMEOUT, MAX_TIMEOUT, DEFAULT_TIMEOUT = limits.RUN_PYTHON_TIMEOUT
+STREAM_CAP_BYTES = limits.RUN_PYTHON_STREAM_BYTES
+MEMORY_BYTES = limits.RUN_PYTHON_MEMORY_BYTES
 
 _RENAMES = {
     "code": "params.source",
