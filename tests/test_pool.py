@@ -168,6 +168,20 @@ def test_shutdown_destroys_the_idle_pooled_kernels(backend_name: str) -> None:
     server.stop()  # the no_leaks census then proves nothing of the pools is left
 
 
+def test_a_shutdown_while_the_pools_fill_leaves_nothing(backend_name: str) -> None:
+    """Stopping while a pooled kernel is still starting or preloading: that kernel is
+    destroyed and waited for before the backend shuts down (on Docker the two removals of its
+    container raced, and its volumes were left behind)."""
+    server = start_gateway(backend_name, pool_python=2, pool_bash=1, pool_deno=1)
+
+    def starting() -> bool:
+        pools: dict[str, Any] = server.client().request("GET", "/v1/health").json()["pools"]
+        return any(pool["starting"] for pool in pools.values())
+
+    assert wait_for(starting, timeout=30)
+    server.stop()  # the no_leaks census then proves nothing was left
+
+
 def test_metrics_count_hits_and_misses(pooled: GatewayThread) -> None:
     client = pooled.client()
     take(client, "print(1)")

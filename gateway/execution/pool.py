@@ -102,7 +102,8 @@ class KernelPool:
             try:
                 await self._preload(session)
             except BaseException:  # cancelled (shutdown) or failed: it is nobody's yet
-                await asyncio.shield(session.close())
+                # destroyed in the background, where shutdown waits for it (`close`)
+                self.pools.discard(session)
                 raise
         finally:
             self.starting -= 1

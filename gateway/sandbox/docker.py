@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -80,6 +81,7 @@ LABEL_INSTANCE = "gateway.instance"
 LABEL_RUN = "gateway.run"
 KERNEL_LOG = "kernel.log"
 LOG_TAIL_BYTES = 4096
+REMOVAL_WAIT = 30.0  # seconds another removal of the same container may take
 KILL_WORKERS = 4
 EXIT_WAIT = 10.0  # after a kill: how long to wait for the engine's `die` event
 
@@ -100,6 +102,28 @@ def probe_docker(image: str) -> tuple[bool, str]:
     finally:
         client.close()
     return True, f"a Docker engine answers and has the image {image}"
+
+
+def remove_container(container: Any) -> None:
+    """Remove a container, killing it first. Two removals may race (a run's teardown and the
+    gateway's shutdown): the engine answers the second with 409 "already in progress", and
+    then this waits until the container is gone, so that its volumes can go too."""
+    try:
+        container.remove(force=True)
+        return
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:
+            raise
+    deadline = time.monotonic() + REMOVAL_WAIT
+    while time.monotonic() < deadline:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.1)
+    container.remove(force=True)  # still there: the engine's own answer is the error
 
 
 class DockerBackend(SandboxBackend):
@@ -168,12 +192,15 @@ class DockerBackend(SandboxBackend):
         if self._watcher is not None:
             await self._watcher.close()
             self._watcher = None
+        # An engine call still in a thread (a pooled kernel's container being created when
+        # its start was cancelled) may add a container or volume after the sweep below:
+        # let those calls end first. Every engine call has a timeout, so this is bounded.
+        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
         if self._client is not None:
             with contextlib.suppress(SandboxError, docker.errors.DockerException):
                 await self.call_kill(self._remove_ours)
             self._client.close()
             self._client = None
-        self._executor.shutdown(wait=False, cancel_futures=True)
         self._kill_executor.shutdown(wait=False, cancel_futures=True)
 
     def _check_network(self) -> None:
@@ -204,9 +231,8 @@ class DockerBackend(SandboxBackend):
         label = f"{LABEL_INSTANCE}={self.instance_id}"
         count = 0
         for container in self.client.containers.list(all=True, filters={"label": label}):
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
-                count += 1
+            remove_container(container)
+            count += 1
         for volume in self.client.volumes.list(filters={"label": label}):
             with contextlib.suppress(docker.errors.NotFound):
                 volume.remove(force=True)
@@ -507,8 +533,7 @@ class DockerSandbox(Sandbox):
 
     def _destroy_blocking(self) -> None:
         if self.container is not None:
-            with contextlib.suppress(docker.errors.NotFound):
-                self.container.remove(force=True)
+            remove_container(self.container)
         for volume in self.volumes:
             with contextlib.suppress(docker.errors.NotFound):
                 volume.remove(force=True)

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ LOG_TAIL_BYTES = 4096  # of the kernel process's own output, kept for "why it di
 FIRST_FD = 3  # descriptors handed to the sandbox start here (0-2: null, log, log)
 REAPER_GRACE = 3.0  # after SIGTERM to the reaper: how long before SIGKILL
 BWRAP_ATTEMPTS = 3
+NPROC_MARGIN = 128  # without a cgroup: tasks of the uid that may start alongside a kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,10 +216,11 @@ class LocalBackend(SandboxBackend):
     async def create(self, spec: SandboxSpec) -> LocalSandbox:
         sandbox = LocalSandbox(self, spec, Path(tempfile.mkdtemp(prefix=self.prefix)))
         try:
-            await asyncio.to_thread(sandbox.prepare)
+            await to_the_end(None, sandbox.prepare)
             if self.features.cgroups:
                 limits = spec.limits
-                sandbox.group = await asyncio.to_thread(
+                await to_the_end(
+                    sandbox.set_group,
                     Cgroup.create,
                     f"gateway-{sandbox.root.name}",
                     limits.memory_bytes,
@@ -229,6 +231,24 @@ class LocalBackend(SandboxBackend):
             await sandbox.destroy()
             raise
         return sandbox
+
+
+async def to_the_end(
+    keep: Callable[[Any], None] | None, fn: Callable[..., Any], *args: Any
+) -> None:
+    """`fn(*args)` in a thread, its result handed to `keep`. Cancelled, this still waits for
+    the thread (which goes on regardless) and keeps what it made, so that the sandbox's
+    destruction finds it: a cgroup or folder made after a cancelled start must not leak."""
+    running = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        result = await asyncio.shield(running)
+    except asyncio.CancelledError:
+        result = await running
+        if keep is not None:
+            keep(result)
+        raise
+    if keep is not None:
+        keep(result)
 
 
 class LocalSandbox(Sandbox):
@@ -247,6 +267,9 @@ class LocalSandbox(Sandbox):
         self._log_fd: int | None = None
         self._log_tail = b""
         self._killed = False
+
+    def set_group(self, group: Cgroup | None) -> None:
+        self.group = group
 
     def prepare(self) -> None:
         """Make the sandbox's folders (blocking)."""
@@ -302,7 +325,9 @@ class LocalSandbox(Sandbox):
 
         limited: list[str] = []
         if not features.cgroups:
-            nproc = limits.pids + _processes_of(self._ids[0])
+            # the uid's other sandboxes (pooled kernels, runs starting now) hold tasks too,
+            # and more of them may start between this count and the kernel's own threads
+            nproc = limits.pids + _tasks_of(self._ids[0]) + NPROC_MARGIN
             limited = [
                 "prlimit",
                 f"--nproc={nproc}",
@@ -578,12 +603,13 @@ def _kernels_parent() -> Path:
     return Path(kernels.__file__).resolve().parent.parent
 
 
-def _processes_of(uid: int) -> int:
-    """How many processes `uid` runs now (RLIMIT_NPROC counts them all)."""
+def _tasks_of(uid: int) -> int:
+    """How many tasks (threads, each process's too) `uid` runs now: RLIMIT_NPROC counts
+    every one of them, and a kernel starts a dozen threads."""
     count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):
                 if os.stat(f"/proc/{entry}").st_uid == uid:
-                    count += 1
+                    count += len(os.listdir(f"/proc/{entry}/task"))
     return count
