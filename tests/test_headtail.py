@@ -69,3 +69,17 @@ def test_outputs_keep_the_streams_head_and_tail_and_count_a_lost_display() -> No
     assert any(
         note.startswith("1 rich output(s) were not returned") for note in collector.final_notes()
     )
+
+
+def test_a_held_error_comes_after_the_streams_that_arrive_before_the_fences() -> None:
+    """Deno prints from another thread than the one that reports the error: `before` may
+    arrive after the error, and the collector of a fenced kernel puts it back in order."""
+    error = {"ename": "TypeError", "evalue": "bad", "traceback": ["TypeError: bad"]}
+    caps = Caps(stream_bytes=1000, display_bytes=10_000, limit_bytes=10**9)
+    for hold, expected in ((True, ["stream", "error"]), (False, ["error", "stream"])):
+        collector = OutputCollector(caps, hold_error=hold)
+        collector.add({"header": {"msg_type": "error"}, "content": error})
+        collector.add(stream("before\n"))
+        collector.release_error()
+        assert [o["output_type"] for o in collector.outputs()] == expected
+        assert collector.error is not None and collector.error["evalue"] == "bad"

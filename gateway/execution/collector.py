@@ -102,8 +102,13 @@ class OutputCollector:
         caps: Caps,
         listener: OutputListener | None = None,
         on_display: DisplayUpdate | None = None,
+        *,
+        hold_error: bool = False,
     ) -> None:
         self.caps = caps
+        # the uncaught error is kept back until `release_error` (after the cell's streams)
+        self.hold_error = hold_error
+        self._held_error: dict[str, Any] | None = None
         self.listener = listener
         self.on_display = on_display
         self.stdout = HeadTailText(caps.stream_bytes)
@@ -135,7 +140,10 @@ class OutputCollector:
             self._add_stream(content.get("name", "stdout"), content.get("text", ""))
         elif kind == "error":
             self._flush_clear()
-            self._add_error(content)
+            if self.hold_error:
+                self._held_error = content
+            else:
+                self._add_error(content)
         elif kind in ("display_data", "execute_result"):
             self._flush_clear()
             output = output_from_msg(msg)
@@ -150,6 +158,12 @@ class OutputCollector:
                 self._clear_pending = True
             else:
                 self._clear()
+
+    def release_error(self) -> None:
+        """Add the uncaught error kept back by `hold_error`, after what came before it."""
+        held, self._held_error = self._held_error, None
+        if held is not None:
+            self._add_error(held)
 
     def _add_error(self, content: dict[str, Any]) -> None:
         """An uncaught error, cut to the error cap as it arrives (value and traceback)."""

@@ -105,7 +105,13 @@ class KernelSession:
         kernel with fences) with a fence on both streams; past that, the cell waits for
         either only while the kernel keeps sending, up to `IDLE_AFTER_REPLY` s of quiet."""
         caps = Caps.from_settings(self.settings) if caps is None else caps
-        cell = Cell(source=source, collector=OutputCollector(caps, listener, on_display))
+        # a fenced kernel prints from another thread than the one that reports the error:
+        # what it printed before the error may arrive after it, so the error waits for the
+        # fences (`OutputCollector.hold_error`)
+        collector = OutputCollector(
+            caps, listener, on_display, hold_error=self.traits.fenced_output
+        )
+        cell = Cell(source=source, collector=collector)
         assert cell.collector is not None
         started = time.monotonic()
         msg_id = self.client.execute(source)
@@ -176,6 +182,7 @@ class KernelSession:
                 held = fences.release(stream)
                 if held:
                     cell.collector.add(_stream_message(msg_id, stream, held))
+            cell.collector.release_error()
         cell.duration_ms = int((time.monotonic() - started) * 1000)
         return cell
 
