@@ -149,6 +149,10 @@ def test_the_gateways_own_resources_come_back(backend_name: str) -> None:
         for _ in range(2):
             one_of_each(client)
         after = settled(server)
+        # with the warm pools refilling beside the runs, an executor may start one more of
+        # its threads lazily; a thread held per run or per cell would be dozens
+        assert after["threads"] <= before["threads"] + MAX_LAZY_THREADS, (before, after)
+        del before["threads"], after["threads"]
         assert after == before, (before, after)
     finally:
         server.stop()
