@@ -1,0 +1,164 @@
+"""Where the machine's CPU goes for one isolated run: the profile behind issue 10's cold path.
+
+Starts `python -m gateway serve` (Docker, pools off unless `--pooled`) in a process of its
+own, sends `--runs` sequential `print(1)` runs, and splits the machine's CPU time over
+them (from /proc/stat) into:
+
+- the kernel and everything in its container: the run record's `usage.cpu_ms` (the
+  container's cgroup, read before it is removed);
+- the gateway process itself (its utime + stime, threads included);
+- dockerd and containerd (long-lived: their utime + stime);
+- the rest: per-container shims, runc, docker-init and the kernel of the host (container
+  and volume set-up and teardown), which live too briefly to sample.
+
+Prints a table (ms of CPU per run) and writes JSON to bench/results/. A script, not a test:
+nothing is asserted.
+
+    .venv/bin/python bench/cpu_profile.py [--runs 30] [--pooled]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_ms() -> float:
+    """CPU time of the whole machine (all cores, idle and iowait excluded), in ms."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = sum(fields) - fields[3] - fields[4]  # idle, iowait
+    return busy * 1000 / TICK
+
+
+def process_ms(names: tuple[str, ...]) -> float:
+    """utime + stime of every live process whose command name is among `names`, in ms."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if name in names:
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += int(fields[11]) + int(fields[12])
+    return total * 1000 / TICK
+
+
+def pid_ms(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / TICK
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def request(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+def profile(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="cpuprof-"))
+    port = free_port()
+    command = [sys.executable, "-m", "gateway", "serve", "--backend", "docker"]
+    command += ["--port", str(port), "--data-dir", str(workdir / "data")]
+    command += ["--instance-id", "prof" + secrets.token_hex(6)]
+    if not args.pooled:
+        command += ["--pool-python", "0", "--pool-bash", "0", "--pool-deno", "0"]
+    image = os.environ.get("GATEWAY_DOCKER_IMAGE")
+    if image:
+        command += ["--docker-image", image]
+    log = (workdir / "gateway.log").open("ab")
+    gateway = subprocess.Popen(command, stdout=log, stderr=log, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if request(port, "GET", "/v1/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway did not start; see {workdir}/gateway.log")
+            time.sleep(0.2)
+        for _ in range(3):  # warm-up: caches, threads, connections
+            request(port, "POST", "/v1/runs", {"code": "print(1)"})
+        time.sleep(2)  # teardown of the warm-up runs, pool refills
+        engines = ("dockerd", "containerd")
+        start = (machine_ms(), pid_ms(gateway.pid), process_ms(engines))
+        kernel = 0.0
+        began = time.monotonic()
+        for _ in range(args.runs):
+            status, record = request(port, "POST", "/v1/runs", {"code": "print(1)"})
+            assert status == 200 and record["stdout"] == "1\n", record
+            kernel += (record.get("usage") or {}).get("cpu_ms") or 0
+        time.sleep(2)  # the last teardowns (off the answer's path) and refills
+        wall = time.monotonic() - began
+        end = (machine_ms(), pid_ms(gateway.pid), process_ms(engines))
+    finally:
+        gateway.terminate()
+        gateway.wait(60)
+        log.close()
+    total, own, engine = (b - a for a, b in zip(start, end, strict=True))
+    per_run = {
+        "machine": total / args.runs,
+        "kernel (container cgroup)": kernel / args.runs,
+        "gateway process": own / args.runs,
+        "dockerd + containerd": engine / args.runs,
+        "rest (shims, runc, init, host kernel)": (total - kernel - own - engine) / args.runs,
+    }
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": args.runs,
+        "pooled": args.pooled,
+        "wall_seconds": round(wall, 1),
+        "cpu_ms_per_run": {k: round(v, 1) for k, v in per_run.items()},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--pooled", action="store_true", help="keep the warm pools on")
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    args = parser.parse_args()
+    result = profile(args)
+    args.results.mkdir(parents=True, exist_ok=True)
+    kind = "pooled" if args.pooled else "cold"
+    out = args.results / f"cpu-profile-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(result, indent=2))
+    print(f"| CPU per {kind} Docker run `print(1)` ({args.runs} runs) | ms |\n|---|---:|")
+    for name, ms in result["cpu_ms_per_run"].items():
+        print(f"| {name} | {ms:.0f} |")
+    print(f"written to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
