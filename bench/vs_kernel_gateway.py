@@ -11,7 +11,6 @@ warm pool when one is ready. Same workloads on both, in the same run:
   per run (all processes: /proc/stat) during the concurrency-4 pass;
 - the gateway with its pools off (`--pool-python 0 ...`): what a run costs when the pool is
   empty;
-- memory of an idle pooled kernel (the gateway's /v1/health reports it).
 
 The peer is installed by this script into a virtual environment of its own (cached under
 `--cache`), with the kernel packages pinned as in docker/requirements.txt. Results (JSON) go
