@@ -65,23 +65,19 @@ def renamed_fields(renames: Mapping[str, str]) -> Iterator[None]:
 # --- answers ------------------------------------------------------------------------------
 
 
-def timeout_in_range(
-    value: Any, default: float, low: float, high: float, field: str, *, whole: bool = False
-) -> float:
-    """A tool's `timeout_seconds`: the default when absent, else a number in [low, high]
-    (a whole number when `whole`); anything else is a 400 naming the range."""
+def timeout_in_range(value: Any, default: float, low: float, high: float, field: str) -> float:
+    """A tool's `timeout_seconds`: the default when absent, else a number in [low, high];
+    anything else is a 400 naming the range."""
     if value is None:
         return default
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or (isinstance(value, float) and not math.isfinite(value))
-        or (whole and value != int(value))
         or not low <= value <= high
     ):
-        kind = "a whole number" if whole else "a number"
         raise InvalidRequest(
-            f"`{field}` must be {kind} of seconds from {low:g} to {high:g}.", field=field
+            f"`{field}` must be a number of seconds from {low:g} to {high:g}.", field=field
         )
     return float(value)
 

@@ -37,11 +37,6 @@ from gateway.tools import (
     program_chunks,
 )
 
-BACKGROUND_TIMEOUT = CODE_EXEC_BACKGROUND_TIMEOUT
-DEFAULT_TIMEOUT = CODE_EXEC_TIMEOUT[2]
-STDERR_PREFIX = CODE_EXEC_STDERR_PREFIX
-NO_OUTPUT = CODE_EXEC_NO_OUTPUT
-
 
 @dataclasses.dataclass(frozen=True)
 class CodeExecCall:
@@ -65,7 +60,7 @@ def parse_code_exec(data: Any, settings: Settings, caller: Principal) -> CodeExe
 def exec_timeout(value: Any, background: bool) -> float:
     """The manual's clamp: 0 -> 1, 10000 -> 300, non-numeric -> 30, none when detached -> 300."""
     if value is None:
-        return BACKGROUND_TIMEOUT if background else DEFAULT_TIMEOUT
+        return CODE_EXEC_BACKGROUND_TIMEOUT if background else CODE_EXEC_TIMEOUT[2]
     return float(clamped_timeout(value))
 
 
@@ -76,13 +71,13 @@ def code_exec_answer(call: CodeExecCall, record: RunRecord) -> dict[str, Any]:
             "error": "timeout",
             "output": f"Code execution timed out after {call.request.timeout:g}s",
         }
-    output = prefix_stderr(program_chunks(record), STDERR_PREFIX)
+    output = prefix_stderr(program_chunks(record), CODE_EXEC_STDERR_PREFIX)
     killed = kill_sentence(record)
     if killed:
         newline = "\n" if output and not output.endswith("\n") else ""
-        output += f"{newline}{STDERR_PREFIX}{killed}\n"
+        output += f"{newline}{CODE_EXEC_STDERR_PREFIX}{killed}\n"
     return {
         "success": record.success,
         "exit_code": process_exit_code(record),
-        "output": output or NO_OUTPUT,
+        "output": output or CODE_EXEC_NO_OUTPUT,
     }
