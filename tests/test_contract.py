@@ -145,3 +145,23 @@ def test_a_notebook_sent_as_text_is_held_to_the_body_rules(local_client: Client)
         assert_error(response, 400, "invalid_request", mention, field="notebook")
     response = local_client.request("POST", "/v1/notebooks/run", {"notebook": 5})
     assert_error(response, 400, "invalid_request", field="notebook")
+
+
+@pytest.mark.parametrize(
+    ("files", "field"),
+    [
+        ({"[key]": 5}, 'params.files["[key]"]'),  # a key named like pydantic's marker
+        ({'a"b.py': "#" * (64 * 1024 + 1)}, 'params.files["a\\"b.py"]'),
+        ({"ok.py": "", "../x.py": ""}, 'params.files["../x.py"]'),
+        ({"é/../../x": ""}, 'params.files["é/../../x"]'),
+    ],
+)
+def test_run_python_names_a_bad_file_by_its_key(
+    local_client: Client, files: dict[str, Any], field: str
+) -> None:
+    """run_python's files are an object of path -> content: an error names the key as
+    JSON inside brackets, whether the key or its content is wrong."""
+    body = {"params": {"files": files, "entrypoint": "ok.py"}}
+    response = local_client.request("POST", "/v1/tools/run_python", body)
+    assert response.status == 400
+    assert response.json()["error"]["field"] == field

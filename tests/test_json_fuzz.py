@@ -25,12 +25,12 @@ from gateway.errors import GatewayError
 from gateway.jsoncodec import parse_json
 from gateway.models.notebook import NotebookBody
 from gateway.models.run import RunBody
-from gateway.models.tools import CodeExecBody, CodeRunArguments
+from gateway.models.tools import CodeExecBody, CodeRunArguments, RunPythonInput, RunPythonParams
 from gateway.runs.requests import parse_notebook_request, parse_run_request
 from gateway.settings import Settings
 from gateway.tools.code_exec import parse_code_exec
 from gateway.tools.code_run import parse_code_run
-from gateway.tools.run_python import INPUT, PARAMS, parse_run_python
+from gateway.tools.run_python import parse_run_python
 from tests.support import Client, GatewayThread
 from tests.ws_client import open_stream, receive
 
@@ -44,8 +44,8 @@ KEYS = sorted(
     | set(NotebookBody.model_fields)
     | CODE_EXEC_FIELDS
     | ARGUMENTS
-    | INPUT
-    | PARAMS
+    | set(RunPythonInput.model_fields)
+    | set(RunPythonParams.model_fields)
     | {"path", "content", "encoding", "arguments", "input", "params", "type", "ref", "id"}
     | {"nbformat", "nbformat_minor", "cells", "cell_type", "source", "outputs", "metadata"}
     | {"execution_count", "kernelspec", "language_info", "name", "tags", "\udfff"}
@@ -122,8 +122,12 @@ NEAR_VALID = {
         {"arguments": near_valid({"code": CODE}, ARGUMENTS - {"code"})}
     ),
     "/v1/tools/run_python": st.fixed_dictionaries(
-        {"params": near_valid({"source": CODE}, PARAMS - {"source"})},
-        optional={"input": near_valid({}, INPUT), "type": VALUE},
+        {
+            "params": near_valid(
+                {"source": CODE}, frozenset(RunPythonParams.model_fields) - {"source"}
+            )
+        },
+        optional={"input": near_valid({}, frozenset(RunPythonInput.model_fields)), "type": VALUE},
     ),
     "/v1/notebooks/run": st.fixed_dictionaries(
         {

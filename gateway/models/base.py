@@ -11,8 +11,9 @@ pydantic `ValidationError` into the API's error shape.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -76,6 +77,8 @@ class Body(BaseModel):
     model_config = ConfigDict(
         strict=True, extra="forbid", allow_inf_nan=False, populate_by_name=True
     )
+    # field paths of objects whose keys are the caller's names (see `field_path`)
+    keyed_fields: ClassVar[frozenset[str]] = frozenset()
 
     @model_validator(mode="before")
     @classmethod
@@ -112,7 +115,7 @@ class Body(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise translate(exc, prefix) from None
+            raise translate(exc, prefix, cls.keyed_fields) from None
 
 
 def _accepts_null(schema: dict[str, Any]) -> bool:
@@ -128,26 +131,38 @@ def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [inner, {"type": "null"}], **outer}
 
 
-def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
-    """`("files", 2, "path")` -> `files[2].path`."""
+def field_path(
+    loc: tuple[int | str, ...], prefix: str = "", keyed: frozenset[str] = frozenset()
+) -> str:
+    """`("files", 2, "path")` -> `files[2].path`. Under a path in `keyed` (an object of
+    name -> value, like run_python's `params.files`) the next part is a key:
+    `("params", "files", "a.py")` -> `params.files["a.py"]`, for the key or its value."""
     path = prefix.rstrip(".")
+    key_next = False
     for part in loc:
-        if isinstance(part, int):
+        if key_next:
+            path += f"[{json.dumps(part, ensure_ascii=False)}]"
+        elif part == "[key]":  # pydantic's marker after a key that failed
+            continue
+        elif isinstance(part, int):
             path += f"[{part}]"
         else:
             path = f"{path}.{part}" if path else str(part)
+        key_next = path in keyed
     return path
 
 
-def translate(exc: ValidationError, prefix: str = "") -> GatewayError:
+def translate(
+    exc: ValidationError, prefix: str = "", keyed: frozenset[str] = frozenset()
+) -> GatewayError:
     """The API's error for the first problem pydantic found."""
     errors = exc.errors(include_url=False)
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
     if unknown:
-        names = [field_path(e["loc"], prefix) for e in unknown]
+        names = [field_path(e["loc"], prefix, keyed) for e in unknown]
         return InvalidRequest(f"Unknown field(s): {', '.join(names)}.", field=names[0])
     error = errors[0]
-    field = field_path(error["loc"], prefix) or None
+    field = field_path(error["loc"], prefix, keyed) or None
     kind = error["type"]
     if kind == "literal_error" and error["loc"][-1:] == ("language",):
         return UnsupportedLanguage(

@@ -239,13 +239,7 @@ class RunPythonParams(Body):
                 "`params.entrypoint` goes with `files` or `archive_file_id`, not `source`.",
                 field="params.entrypoint",
             )
-        if self.source is None and self.entrypoint is None:
-            raise InvalidRequest(
-                f"`params.entrypoint` is required with `params.{given[0]}`: name the file "
-                "that runs.",
-                field="params.entrypoint",
-            )
-        return self
+        return self  # a missing `entrypoint` is the adapter's to refuse, after the uploads check
 
 
 class RunPythonBody(Body):
@@ -253,6 +247,7 @@ class RunPythonBody(Body):
 
     # other keys of the step the manual describes are ignored, as the tool does
     model_config = ConfigDict(extra="ignore")
+    keyed_fields = frozenset({"params.files"})
 
     type: Literal["code.run_python"] = "code.run_python"
     input: RunPythonInput = Field(default_factory=RunPythonInput)

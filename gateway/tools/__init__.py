@@ -11,12 +11,11 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import GatewayError
 from gateway.models.record import RunRecord
 from gateway.terminal import strip_colors
 
@@ -28,24 +27,6 @@ _LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
 
 # --- requests -----------------------------------------------------------------------------
-
-
-def require_object(value: Any, field: str | None, what: str) -> Mapping[str, Any]:
-    """`value` as a JSON object, or a 400 naming `field`."""
-    if not isinstance(value, Mapping):
-        raise InvalidRequest(f"{what} must be a JSON object.", field=field)
-    return value
-
-
-def reject_unknown(value: Mapping[str, Any], allowed: frozenset[str], prefix: str) -> None:
-    """A 400 for the first key of `value` the tool does not know (typos must not pass)."""
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        names = ", ".join(f"{prefix}{name}" for name in unknown)
-        raise InvalidRequest(
-            f"Unknown field(s): {names}; known: {', '.join(sorted(allowed))}.",
-            field=f"{prefix}{unknown[0]}",
-        )
 
 
 @contextlib.contextmanager
@@ -63,23 +44,6 @@ def renamed_fields(renames: Mapping[str, str]) -> Iterator[None]:
 
 
 # --- answers ------------------------------------------------------------------------------
-
-
-def timeout_in_range(value: Any, default: float, low: float, high: float, field: str) -> float:
-    """A tool's `timeout_seconds`: the default when absent, else a number in [low, high];
-    anything else is a 400 naming the range."""
-    if value is None:
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (isinstance(value, float) and not math.isfinite(value))
-        or not low <= value <= high
-    ):
-        raise InvalidRequest(
-            f"`{field}` must be a number of seconds from {low:g} to {high:g}.", field=field
-        )
-    return float(value)
 
 
 def traceback_text(output: Mapping[str, Any]) -> str:
