@@ -165,3 +165,31 @@ def test_run_python_names_a_bad_file_by_its_key(
     response = local_client.request("POST", "/v1/tools/run_python", body)
     assert response.status == 400
     assert response.json()["error"]["field"] == field
+
+
+def test_an_answer_leaves_out_optional_nulls_and_keeps_required_ones() -> None:
+    """What the document says of answers holds for every model the handlers send: a
+    field the schema does not require is absent when null, a required one is sent null."""
+    from gateway.models.base import sent
+    from gateway.models.tools import CodeRunAnswer, CodeRunFileResult, CodeRunResult
+
+    result = CodeRunResult(
+        language="python",
+        exit_code=None,
+        output="",
+        truncated=False,
+        timed_out=True,
+        files=[CodeRunFileResult(path="a", size=None, error="not found")],
+    )
+    assert sent(CodeRunAnswer(id="r", result=result)) == {
+        "id": "r",
+        "tool": "code_run",
+        "result": {
+            "language": "python",
+            "exit_code": None,
+            "output": "",
+            "truncated": False,
+            "timed_out": True,
+            "files": [{"path": "a", "size": None, "error": "not found"}],
+        },
+    }

@@ -25,6 +25,7 @@ from gateway.errors import (
 from gateway.handlers.origin import refuse_foreign
 from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.metrics import Metrics
+from gateway.models.base import sent
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
@@ -225,8 +226,10 @@ class BaseHandler(GatewayHandler):
             connection.close()
 
     def send_json(self, payload: Any, status: int = 200) -> None:
+        """`payload`: plain JSON, or one of the models in gateway.models (sent as `sent`
+        says)."""
         self.set_status(status)
-        self.finish(dumps_utf8(payload))
+        self.finish(dumps_utf8(sent(payload)))
 
 
 def is_json_media_type(media: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.handlers.base import BaseHandler
+from gateway.models.answers import NotebookRunAnswer
 from gateway.models.ipynb import record_to_notebook
 from gateway.runs.requests import parse_notebook_request
 
@@ -17,4 +18,4 @@ class NotebookRunHandler(BaseHandler):
         request = await asyncio.to_thread(parse_notebook_request, body, self.settings_, self.user)
         record = await self.services.runs.run_notebook(request)
         notebook = await asyncio.to_thread(record_to_notebook, record)
-        self.send_json({"notebook": notebook, "run": record.to_json()})
+        self.send_json(NotebookRunAnswer(notebook=notebook, run=record.to_json()))

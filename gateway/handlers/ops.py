@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
 from gateway.metrics import CONTENT_TYPE
+from gateway.models.answers import Health, Kernels, Pool
 from gateway.version import __version__
 
 
@@ -12,15 +13,14 @@ class HealthHandler(BaseHandler):
 
     def get(self) -> None:
         runs = self.services.runs
-        self.send_json(
-            {
-                "status": "draining" if runs.draining else "ok",
-                "backend": self.services.backend.name,
-                "kernels": {"running": runs.running, "pooled": runs.kernels.ready},
-                "pools": runs.kernels.describe(),
-                "version": __version__,
-            }
+        health = Health(
+            status="draining" if runs.draining else "ok",
+            backend=self.services.backend.name,
+            kernels=Kernels(running=runs.running, pooled=runs.kernels.ready),
+            pools={kind: Pool(**pool) for kind, pool in runs.kernels.describe().items()},
+            version=__version__,
         )
+        self.send_json(health)
 
 
 class MetricsHandler(BaseHandler):

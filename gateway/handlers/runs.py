@@ -5,6 +5,7 @@ from __future__ import annotations
 import nbformat
 
 from gateway.handlers.base import BaseHandler
+from gateway.models.answers import RunAccepted
 from gateway.models.ipynb import record_to_notebook
 from gateway.runs.archives import check_archive
 from gateway.runs.requests import parse_run_request
@@ -18,7 +19,7 @@ class RunsHandler(BaseHandler):
         if request.background:
             active = await runs.submit(request)
             self.set_header("Location", f"/v1/runs/{active.record.id}")
-            self.send_json({"id": active.record.id, "status": active.record.status}, 202)
+            self.send_json(RunAccepted(id=active.record.id, status=active.record.status), 202)
             return
         record = await runs.run(request)
         self.send_json(record.to_json())

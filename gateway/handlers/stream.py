@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import urllib.parse
 from typing import Any, ClassVar
 
@@ -30,7 +31,18 @@ from gateway.handlers.base import GatewayHandler, Services
 from gateway.handlers.origin import origin_allowed
 from gateway.handlers.outbox import Outbox
 from gateway.jsoncodec import dumps_utf8, parse_json
-from gateway.models.stream import MAX_REF_CHARS, RunMessage
+from gateway.models.answers import ErrorBody
+from gateway.models.base import sent
+from gateway.models.stream import (
+    MAX_REF_CHARS,
+    AcceptedEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    OutputDroppedEvent,
+    OutputEvent,
+    RunMessage,
+)
 from gateway.runs.archives import check_archive
 from gateway.runs.bounds import bound_json
 from gateway.runs.requests import run_request
@@ -57,17 +69,19 @@ class _Run:
     dropped: int = 0
 
 
-def _encode(event: dict[str, Any]) -> bytes:
-    return dumps_utf8(event, compact=True)
+def _encode(event: Event | ErrorEvent) -> bytes:
+    return dumps_utf8(sent(event), compact=True)
 
 
-def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "error", "ref": ref, **exc.to_json()}
-    if run_id is not None:
-        event["id"] = run_id
-    if exc.retry_after is not None:
-        event["retry_after"] = int(exc.retry_after + 0.999)
-    return event
+def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) -> ErrorEvent:
+    retry_after = None if exc.retry_after is None else max(1, math.ceil(exc.retry_after))
+    return ErrorEvent(
+        type="error",
+        ref=ref,
+        id=run_id,
+        error=ErrorBody(**exc.to_json()["error"]),
+        retry_after=retry_after,
+    )
 
 
 class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
@@ -160,7 +174,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
     async def _send(self, data: bytes) -> None:
         await self.write_message(data)  # a text frame: `data` is UTF-8 JSON
 
-    def _emit(self, event: dict[str, Any]) -> None:
+    def _emit(self, event: Event | ErrorEvent) -> None:
         if self._connected:
             self.outbox.put(_encode(event))
 
@@ -238,7 +252,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         self._runs[run.id] = run
         if ref is not None:
             self._refs[ref] = run
-        self._emit({"type": "accepted", "ref": ref, "id": run.id})
+        self._emit(AcceptedEvent(type="accepted", ref=ref, id=run.id))
         self._keep(asyncio.create_task(self._watch(run, active)))
         if not self._connected:  # closed while the run was being admitted
             self._keep(asyncio.create_task(self._cancel_run(run.id)))
@@ -267,7 +281,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         async with self._done_lock:
             await self.outbox.wait_for_room()
             self._flush_drop_notice(run)
-            self._emit({"type": "done", "ref": run.ref, "id": run.id, "run": data})
+            self._emit(DoneEvent(type="done", ref=run.ref, id=run.id, run=data))
 
     async def _cancel(self, data: dict[str, Any]) -> None:
         run_id = data.get("id")
@@ -297,11 +311,14 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         if self.outbox.full:
             run.dropped += 1
             return
-        event: dict[str, Any] = {"type": "output", "ref": run.ref, "id": run.id, "output": output}
-        if display_id is not None:
-            event["display_id"] = display_id
-            if update:
-                event["update"] = True
+        event = OutputEvent(
+            type="output",
+            ref=run.ref,
+            id=run.id,
+            output=output,
+            display_id=display_id,
+            update=True if display_id is not None and update else None,
+        )
         self._flush_drop_notice(run)
         data = _encode(event)
         if len(data) > self.settings_.max_event_bytes or not self.outbox.offer(data):
@@ -310,7 +327,9 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
     def _flush_drop_notice(self, run: _Run) -> None:
         if run.dropped:
             dropped, run.dropped = run.dropped, 0
-            self._emit({"type": "output_dropped", "ref": run.ref, "id": run.id, "dropped": dropped})
+            self._emit(
+                OutputDroppedEvent(type="output_dropped", ref=run.ref, id=run.id, dropped=dropped)
+            )
 
     def _flush_drop_notices(self) -> None:
         for run in self._runs.values():

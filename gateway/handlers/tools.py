@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
+from gateway.models.tools import CodeExecStarted
 from gateway.runs.archives import check_archive
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
@@ -38,7 +39,7 @@ class CodeExecToolHandler(BaseHandler):
         if call.request.background:
             active = await runs.submit(call.request)
             self.set_header("Location", f"/v1/runs/{active.record.id}")
-            self.send_json({"task_id": active.record.id}, 202)
+            self.send_json(CodeExecStarted(task_id=active.record.id), 202)
             return
         record = await runs.run(call.request)
         self.send_json(code_exec_answer(call, record))

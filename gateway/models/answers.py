@@ -1,19 +1,15 @@
 """Answers that are small fixed shapes (health, a background run, an upload, an error, a
-notebook replay). The handlers build them as plain dicts; these models are their one
-description, from which the OpenAPI document's schemas are generated."""
+notebook replay). The handlers build them with these models, which are also the
+description the OpenAPI document's schemas are generated from."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from gateway.models.base import component
+from gateway.models.base import Answer, component
 from gateway.models.common import Status
-
-
-class Answer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Kernels(Answer):

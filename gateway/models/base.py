@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     GetJsonSchemaHandler,
+    RootModel,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -118,6 +119,13 @@ class Body(BaseModel):
             raise translate(exc, prefix, cls.keyed_fields) from None
 
 
+class Answer(BaseModel):
+    """A JSON body the API sends: built by the gateway, validated as it is built, and sent
+    as `sent` says (no null-is-omitted parsing: a required field may be null)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 def _accepts_null(schema: dict[str, Any]) -> bool:
     return schema.get("type") == "null" or any(
         option.get("type") == "null" for option in schema.get("anyOf", ())
@@ -191,3 +199,25 @@ def checked(validate: Callable[[T], T], value: T, field: str) -> T:
         return validate(value)
     except PydanticCustomError as exc:
         raise _CODES.get(exc.type, InvalidRequest)(exc.message(), field=field) from None
+
+
+def sent(value: Any) -> Any:
+    """A model as the API sends it: plain JSON, where an optional field that is null is
+    left out and a required one is sent as null (`exit_code: null`, but no `notes`)."""
+    if isinstance(value, RootModel):
+        return sent(value.root)
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        data = {
+            name: sent(getattr(value, name))
+            for name, field in fields.items()
+            if field.is_required() or getattr(value, name) is not None
+        }
+        data.update((name, sent(item)) for name, item in (value.model_extra or {}).items())
+        return data
+    # plain JSON (a record's outputs, a notebook) is sent as it is, never walked
+    if isinstance(value, list | tuple) and any(isinstance(i, BaseModel) for i in value):
+        return [sent(item) for item in value]
+    if isinstance(value, Mapping) and any(isinstance(i, BaseModel) for i in value.values()):
+        return {key: sent(item) for key, item in value.items()}
+    return value

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, WithJsonSchema
 
 from gateway.models.answers import ErrorBody
-from gateway.models.base import Body, component
+from gateway.models.base import Answer, Body, component
 from gateway.models.run import RunBody
 
 MAX_REF_CHARS = 256
@@ -34,7 +34,7 @@ class CancelMessage(Body):
     ref: Ref | None = Field(None, description=REF)
 
 
-class Event(Body):
+class Event(Answer):
     ref: Ref | None = Field(description=REF)
     id: str
 
@@ -82,7 +82,7 @@ class DoneEvent(Event):
     run: Annotated[dict[str, Any], component("RunRecord")]
 
 
-class ErrorEvent(Body):
+class ErrorEvent(Answer):
     """gateway -> client: a message was malformed or refused, with the codes of the HTTP
     errors (invalid_request, unsupported_language, not_found, capacity, ...). `ref` (null
     when the message had no valid one) and `id` are echoed; `retry_after` (seconds) comes

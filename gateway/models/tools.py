@@ -14,7 +14,7 @@ from pydantic import AfterValidator, ConfigDict, Field, RootModel
 from pydantic import model_validator as model_check
 
 from gateway.errors import ConflictingFields, InvalidRequest
-from gateway.models.base import Body, refuse
+from gateway.models.base import Answer, Body, refuse
 from gateway.models.common import Language
 from gateway.models.run import RelativePath, relative_path
 
@@ -109,7 +109,7 @@ class CodeRunBody(Body):
     arguments: CodeRunArguments
 
 
-class CodeRunFileResult(Body):
+class CodeRunFileResult(Answer):
     path: str
     size: int | None
     encoding: Literal["utf-8", "base64"] | None = None
@@ -117,7 +117,7 @@ class CodeRunFileResult(Body):
     error: str | None = None
 
 
-class CodeRunResult(Body):
+class CodeRunResult(Answer):
     language: Language
     exit_code: int | None = Field(description="null when the run hit `timeout_seconds`")
     output: str = Field(
@@ -141,7 +141,7 @@ class CodeRunResult(Body):
     )
 
 
-class CodeRunAnswer(Body):
+class CodeRunAnswer(Answer):
     id: str = Field(description="the run id (GET /v1/runs/{id})")
     tool: Literal["code_run"] = "code_run"
     result: CodeRunResult
@@ -269,7 +269,7 @@ class RunPythonBody(Body):
         return data
 
 
-class RunPythonAnswer(Body):
+class RunPythonAnswer(Answer):
     result: Any = Field(
         description=(
             "the value of `result` (else `output`) after a successful run, when "
@@ -332,7 +332,7 @@ class CodeExecBody(Body):
     background: bool | None = None
 
 
-class CodeExecResult(Body):
+class CodeExecResult(Answer):
     success: bool = Field(description="exit code 0")
     exit_code: int | None = Field(
         description="null when a limit (memory, processes, output) killed the run"
@@ -345,7 +345,7 @@ class CodeExecResult(Body):
     )
 
 
-class CodeExecTimeout(Body):
+class CodeExecTimeout(Answer):
     success: Literal[False]
     error: Literal["timeout"]
     output: str = Field(description="`Code execution timed out after Ns`: nothing of the run")
@@ -355,5 +355,5 @@ class CodeExecAnswer(RootModel[CodeExecResult | CodeExecTimeout]):
     pass
 
 
-class CodeExecStarted(Body):
+class CodeExecStarted(Answer):
     task_id: str = Field(description="a run id: its record is at GET /v1/runs/{task_id}")

@@ -26,6 +26,8 @@ from gateway.models.tools import (
     CODE_EXEC_STDERR_PREFIX,
     CODE_EXEC_TIMEOUT,
     CodeExecBody,
+    CodeExecResult,
+    CodeExecTimeout,
     clamped_timeout,
 )
 from gateway.runs.requests import run_request
@@ -64,20 +66,20 @@ def exec_timeout(value: Any, background: bool) -> float:
     return float(clamped_timeout(value))
 
 
-def code_exec_answer(call: CodeExecCall, record: RunRecord) -> dict[str, Any]:
+def code_exec_answer(call: CodeExecCall, record: RunRecord) -> CodeExecResult | CodeExecTimeout:
     if record.kill_reason == "timeout":
-        return {
-            "success": False,
-            "error": "timeout",
-            "output": f"Code execution timed out after {call.request.timeout:g}s",
-        }
+        return CodeExecTimeout(
+            success=False,
+            error="timeout",
+            output=f"Code execution timed out after {call.request.timeout:g}s",
+        )
     output = prefix_stderr(program_chunks(record), CODE_EXEC_STDERR_PREFIX)
     killed = kill_sentence(record)
     if killed:
         newline = "\n" if output and not output.endswith("\n") else ""
         output += f"{newline}{CODE_EXEC_STDERR_PREFIX}{killed}\n"
-    return {
-        "success": record.success,
-        "exit_code": process_exit_code(record),
-        "output": output or CODE_EXEC_NO_OUTPUT,
-    }
+    return CodeExecResult(
+        success=record.success,
+        exit_code=process_exit_code(record),
+        output=output or CODE_EXEC_NO_OUTPUT,
+    )

@@ -16,7 +16,7 @@ import dataclasses
 import glob
 import posixpath
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from gateway.auth import Principal
 from gateway.models.record import RunRecord
@@ -26,7 +26,10 @@ from gateway.models.tools import (
     CODE_RUN_OUTPUT,
     CODE_RUN_RETURN_FILE_BYTES,
     CODE_RUN_RETURN_TOTAL_BYTES,
+    CodeRunAnswer,
     CodeRunBody,
+    CodeRunFileResult,
+    CodeRunResult,
     in_code_run_workdir,
 )
 from gateway.runs.requests import run_request
@@ -38,7 +41,6 @@ from gateway.tools import (
     renamed_fields,
 )
 
-TOOL = "code_run"
 OUTPUT_LIMIT, OUTPUT_HEAD, OUTPUT_TAIL = CODE_RUN_OUTPUT
 
 _RENAMES = {
@@ -93,7 +95,7 @@ def _return_file(asked: str) -> ReturnFile:
 # --- the answer ---------------------------------------------------------------------------
 
 
-def code_run_answer(call: CodeRunCall, record: RunRecord) -> dict[str, Any]:
+def code_run_answer(call: CodeRunCall, record: RunRecord) -> CodeRunAnswer:
     notes = list(call.request.notes)
     output, truncated = "", False
     if record.timed_out:
@@ -112,18 +114,16 @@ def code_run_answer(call: CodeRunCall, record: RunRecord) -> dict[str, Any]:
     if killed:
         notes.append(killed)
     notes.extend(unreturned_outputs(record))
-    result: dict[str, Any] = {
-        "language": record.language,
-        "exit_code": None if record.timed_out else process_exit_code(record),
-        "output": output,
-        "truncated": truncated,
-        "timed_out": record.timed_out,
-    }
-    if call.return_files:
-        result["files"] = returned_files(call.return_files, record.files)
-    if notes:
-        result["notes"] = notes
-    return {"id": record.id, "tool": TOOL, "result": result}
+    result = CodeRunResult(
+        language=record.language,
+        exit_code=None if record.timed_out else process_exit_code(record),
+        output=output,
+        truncated=truncated,
+        timed_out=record.timed_out,
+        files=returned_files(call.return_files, record.files) if call.return_files else None,
+        notes=notes or None,
+    )
+    return CodeRunAnswer(id=record.id, result=result)
 
 
 def cut_output(text: str) -> tuple[str, bool]:
@@ -159,7 +159,7 @@ def unreturned_outputs(record: RunRecord) -> list[str]:
 
 def returned_files(
     asked: tuple[ReturnFile, ...], read: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+) -> list[CodeRunFileResult]:
     """One entry per asked path, in order, with the manual's per-file and total limits."""
     by_path = {str(entry.get("path")): entry for entry in read}
     budget = CODE_RUN_RETURN_TOTAL_BYTES
@@ -167,38 +167,27 @@ def returned_files(
     for item in asked:
         entry = _entry_for(item, by_path, bool(read))
         size = entry.get("size")
-        if "content" in entry and isinstance(size, int):
-            if size > CODE_RUN_RETURN_FILE_BYTES:
-                entry = _too_large(item.asked, size)
-            elif size > budget:
-                entry = {
-                    "path": item.asked,
-                    "size": size,
-                    "error": f"not returned: all files together may have at most "
-                    f"{CODE_RUN_RETURN_TOTAL_BYTES} bytes",
-                }
-            else:
-                budget -= size
-                entry = {
-                    "path": item.asked,
-                    "size": size,
-                    "encoding": entry.get("encoding", "utf-8"),
-                    "content": entry.get("content", ""),
-                }
-        elif isinstance(size, int) and size > CODE_RUN_RETURN_FILE_BYTES:
-            entry = _too_large(item.asked, size)
-        else:
-            entry = {"path": item.asked, "size": size, "error": entry.get("error", "not found")}
-        answer.append(entry)
+        if not isinstance(size, int) or isinstance(size, bool):
+            size = None
+        error = str(entry.get("error", "not found"))
+        if size is not None and size > CODE_RUN_RETURN_FILE_BYTES:
+            error = f"larger than the limit of {CODE_RUN_RETURN_FILE_BYTES} bytes"
+        elif "content" in entry and size is not None and size > budget:
+            error = (
+                f"not returned: all files together may have at most "
+                f"{CODE_RUN_RETURN_TOTAL_BYTES} bytes"
+            )
+        elif "content" in entry and size is not None:
+            budget -= size
+            base64 = entry.get("encoding") == "base64"
+            encoding: Literal["utf-8", "base64"] = "base64" if base64 else "utf-8"
+            content = str(entry.get("content", ""))
+            answer.append(
+                CodeRunFileResult(path=item.asked, size=size, encoding=encoding, content=content)
+            )
+            continue
+        answer.append(CodeRunFileResult(path=item.asked, size=size, error=error))
     return answer
-
-
-def _too_large(path: str, size: int) -> dict[str, Any]:
-    return {
-        "path": path,
-        "size": size,
-        "error": f"larger than the limit of {CODE_RUN_RETURN_FILE_BYTES} bytes",
-    }
 
 
 def _entry_for(

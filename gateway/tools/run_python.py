@@ -23,6 +23,7 @@ from gateway.models.request import RunRequest
 from gateway.models.tools import (
     RUN_PYTHON_MEMORY_BYTES,
     RUN_PYTHON_STREAM_BYTES,
+    RunPythonAnswer,
     RunPythonBody,
 )
 from gateway.runs.requests import parse_run_request
@@ -84,21 +85,18 @@ def parse_run_python(
 # --- the answer ---------------------------------------------------------------------------
 
 
-def run_python_answer(call: RunPythonCall, record: RunRecord) -> dict[str, Any]:
+def run_python_answer(call: RunPythonCall, record: RunRecord) -> RunPythonAnswer:
     stdout, stdout_cut = cut_bytes(record.stdout, RUN_PYTHON_STREAM_BYTES)
     messages = "".join(line + "\n" for line in gateway_lines(call, record))
     room = RUN_PYTHON_STREAM_BYTES - len(messages.encode("utf-8"))
     stderr, stderr_cut = cut_bytes(record.stderr + error_text(record), room)
-    answer: dict[str, Any] = {
-        "result": record.result if record.status == "succeeded" else None,
-        "stdout": stdout,
-        "stderr": stderr + messages,
-    }
-    if stdout_cut or record.stdout_truncated:
-        answer["stdout_truncated"] = True
-    if stderr_cut or record.stderr_truncated:
-        answer["stderr_truncated"] = True
-    return answer
+    return RunPythonAnswer(
+        result=record.result if record.status == "succeeded" else None,
+        stdout=stdout,
+        stderr=stderr + messages,
+        stdout_truncated=True if stdout_cut or record.stdout_truncated else None,
+        stderr_truncated=True if stderr_cut or record.stderr_truncated else None,
+    )
 
 
 def gateway_lines(call: RunPythonCall, record: RunRecord) -> list[str]:
