@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from gateway import settings as settings_module
 from gateway.client import mcp
 from gateway.client import run as run_command
+from gateway.extras import missing
 from gateway.startup import configure_logging, load_settings
 from gateway.version import __version__
 
@@ -63,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve_mcp(args: argparse.Namespace) -> int:
     """`gateway mcp`: the MCP server, on the gateway at `--url` or on one of its own."""
     configure_logging(str(args.log_level), logging.WARNING)  # to stderr: stdout is MCP's
+    absent = missing("mcp")
+    if absent is not None:
+        print(f"gateway mcp: {absent}.", file=sys.stderr)
+        return 2
     settings = load_settings(args, "gateway mcp")
     if settings is None:
         return 2

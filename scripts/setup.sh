@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create the virtual environment at .venv (idempotent) and install the gateway into it.
-#   scripts/setup.sh          the gateway and its kernels
+#   scripts/setup.sh          the gateway, both backends, its kernels and MCP (extra `all`)
 #   scripts/setup.sh test     ... plus what the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ if [ ! -f "$stamp" ]; then
     if [ "$extra" = test ]; then
         .venv/bin/python -m pip install --quiet -e '.[test]' >&2
     else
-        .venv/bin/python -m pip install --quiet -e . >&2
+        .venv/bin/python -m pip install --quiet -e '.[all]' >&2
     fi
     touch "$stamp"
 fi

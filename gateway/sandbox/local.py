@@ -38,6 +38,7 @@ from typing import Any
 
 import kernels
 from gateway.errors import SandboxError
+from gateway.extras import missing
 from gateway.models.languages import traits
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
@@ -173,6 +174,9 @@ class LocalBackend(SandboxBackend):
         self.features = LocalFeatures(bwrap=None, cgroups=False, drop_to=None)
 
     async def startup(self) -> None:
+        absent = missing("local")
+        if absent is not None:
+            raise RuntimeError(f"The local backend cannot start: {absent}.")
         self.features = await asyncio.to_thread(probe_features, self.settings)
         if self.multi_user and self.settings.allow_network:
             raise RuntimeError(

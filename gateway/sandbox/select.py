@@ -8,6 +8,7 @@ import logging
 import secrets
 from pathlib import Path
 
+from gateway.extras import missing
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
 
@@ -30,10 +31,11 @@ def instance_id(settings: Settings) -> str:
 
 def probe_docker_sync(image: str) -> tuple[bool, str]:
     """Whether a Docker engine answers and has the kernel image, and why (blocking)."""
-    try:
-        from gateway.sandbox.docker import probe_docker
-    except ImportError as exc:
-        return False, f"the Docker backend cannot be loaded ({exc})"
+    absent = missing("docker")
+    if absent is not None:
+        return False, absent
+    from gateway.sandbox.docker import probe_docker
+
     return probe_docker(image)
 
 

@@ -1,0 +1,35 @@
+"""The optional parts of the gateway and the pip extras that install them (pyproject.toml):
+a part whose packages are missing says which extra to install, instead of an ImportError."""
+
+from __future__ import annotations
+
+import importlib.util
+
+# extra -> the modules it provides, and what needs them
+EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
+    "docker": (("docker",), "the Docker backend"),
+    "local": (
+        ("ipykernel", "matplotlib_inline", "matplotlib", "numpy", "pandas"),
+        "the local backend (it runs kernels from this Python environment)",
+    ),
+    "mcp": (("mcp",), "`gateway mcp`"),
+}
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module set to None
+        return False
+
+
+def missing(extra: str) -> str | None:
+    """None when the extra's packages are installed, else a sentence saying how to get them."""
+    modules, needed_by = EXTRAS[extra]
+    absent = [name for name in modules if not installed(name)]
+    if not absent:
+        return None
+    return (
+        f"{needed_by} needs {', '.join(absent)}, which this Python environment lacks: "
+        f"install them with `pip install 'kernel-gateway[{extra}]'` (or scripts/setup.sh)"
+    )
