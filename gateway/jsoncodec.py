@@ -6,8 +6,9 @@ deep raises `RecursionError` while it is parsed, and one just under the interpre
 raises it later, wherever the value is copied, validated or encoded again. `parse_json`
 refuses documents deeper than `max_json_depth` (and whatever else `json.loads` raises) as a
 400; values the gateway did not parse itself (a kernel's `result`) are checked with
-`too_deep` before they are kept. `NaN` and `Infinity` are not JSON (RFC 8259), and a string
-with a lone surrogate escape (`"\\ud800"`) is not Unicode text: both are refused too, so
+`too_deep` before they are kept. `NaN` and `Infinity` are not JSON (RFC 8259), a number no
+double can hold (`1e999`) would become infinity, and a string with a lone surrogate escape
+(`"\\ud800"`) is not Unicode text: all are refused too, so
 that no such value reaches a kernel, a file name or a record.
 
 Out: a kernel can smuggle a lone surrogate into an output (its messages are JSON that any
@@ -17,6 +18,7 @@ code in the kernel can write); `dumps_utf8` then escapes it instead of failing.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -61,12 +63,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # `1e999`: valid JSON syntax, but no finite double
+        raise ValueError(f"the number {text[:40]} is too large")
+    return value
+
+
 def parse_json(data: bytes | str, max_depth: int, what: str = "The request body") -> Any:
     """Decode a JSON document; InvalidRequest (400) for anything that is not JSON text
     nested at most `max_depth` levels deep."""
     too_deep_message = f"{what} is nested more than {max_depth} levels deep."
     try:
-        value = json.loads(data, parse_constant=_refuse_constant)
+        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError as exc:
         raise InvalidRequest(too_deep_message) from exc
     except UnicodeDecodeError as exc:

@@ -313,6 +313,8 @@ def test_websocket_messages_nested_at_and_over_the_limit(gateway: GatewayThread)
     [
         b'{"code": "1", "timeout": NaN}',
         b'{"code": "1", "vars": {"x": Infinity}}',
+        b'{"code": "1", "vars": {"x": 1e999}}',  # parsed as a float, it was infinity
+        b'{"code": "1", "vars": {"x": [-1.5E+400]}}',
         b'{"code": "1", "vars": {"x": ' + b"9" * 5000 + b"}}",
         b'{"code": "1"' + b" " * 10 + b"\xff}",
         b"\xef\xbb\xbf{}",
