@@ -37,6 +37,9 @@ from gateway.settings import Settings
 log = logging.getLogger(__name__)
 
 RETRY_DELAY = 2.0  # after a kernel of the pool failed to start
+# A take wakes the refiller this long after: a short run answers before a kernel start (about
+# a second of CPU on 2 cores) competes with it (bench/README.md, "The warm path").
+REFILL_DELAY = 0.2
 WATCH_INTERVAL = 2.0  # how often the pools look at the machine's memory
 
 
@@ -78,7 +81,7 @@ class KernelPool:
         """A ready kernel, now the caller's; None when the pool is empty."""
         while self.ready:
             session = self.ready.pop(0)
-            self.pools.wake()
+            self.pools.wake_later()
             if not session.sandbox.has_exited():
                 self.hits += 1
                 self.pools.metrics.pool_hits.labels(kind=self.kind).inc()
@@ -149,6 +152,7 @@ class Pools:
         self._watchers: dict[int, asyncio.Task[None]] = {}
         self._closing_tasks: set[asyncio.Task[None]] = set()
         self._memory_short = False
+        self._wake_timer: asyncio.TimerHandle | None = None
 
     # --- life -----------------------------------------------------------------------------
 
@@ -159,9 +163,21 @@ class Pools:
     def wake(self) -> None:
         self._wake.set()
 
+    def wake_later(self) -> None:
+        """Wake the refiller `REFILL_DELAY` from now (once, however many takes)."""
+        if self._wake_timer is None:
+            loop = asyncio.get_running_loop()
+            self._wake_timer = loop.call_later(REFILL_DELAY, self._timer_wake)
+
+    def _timer_wake(self) -> None:
+        self._wake_timer = None
+        self._wake.set()
+
     async def close(self) -> None:
         """Destroy every idle kernel; stop refilling (shutdown)."""
         self.closing = True
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
         self._wake.set()
         if self._refiller is not None:
             self._refiller.cancel()
