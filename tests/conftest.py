@@ -13,6 +13,7 @@ import pytest
 from tests import census, needs
 from tests.api import write_tokens
 from tests.openapi_support import FUZZ_TOKEN
+from tests.postgres import Server
 from tests.support import DOCKER_IMAGE, Client, GatewayThread, wait_for
 
 BACKENDS = ("local", "docker")
@@ -159,3 +160,20 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         left = census.census()
         census.clean_up()
         pytest.fail(f"left behind: {left}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Server]:
+    """The session's PostgreSQL (tests/postgres.py), started on first use."""
+    server = Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: Server) -> Iterator[str]:
+    """A fresh database on the session's PostgreSQL, for one test."""
+    with postgres_server.database() as dsn:
+        yield dsn
