@@ -213,6 +213,7 @@ class RunService:
                     cancel=active.cancel,
                 )
                 active.execution = execution
+                record.status = "running"  # it holds a slot: so other replicas see it
                 await self.store.update(record)
                 await execution.run()
             finally:

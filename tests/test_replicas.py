@@ -1,0 +1,117 @@
+"""Two gateway replicas on one PostgreSQL, each a real `gateway serve` process (local
+backend, short leases): any replica answers for any run, a cancel reaches the replica that
+runs it, the per-user limit holds across both, and a replica killed with SIGKILL has its
+runs failed by the other once its lease runs out."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import census
+from tests.support import Client, GatewayProcess, wait_for
+
+LEASE = 2.0  # seconds: a dead replica's runs are failed a few seconds after it died
+SLEEP = {"code": "import time; time.sleep(600)", "background": True}
+
+
+class Pair:
+    def __init__(self, dsn: str, root: Path, **settings: Any) -> None:
+        self.processes: list[GatewayProcess] = []
+        for name in ("a", "b"):
+            data = root / name
+            data.mkdir()
+            self.processes.append(
+                GatewayProcess("local", data, store=dsn, lease_seconds=LEASE, **settings)
+            )
+
+    @property
+    def a(self) -> GatewayProcess:
+        return self.processes[0]
+
+    @property
+    def b(self) -> GatewayProcess:
+        return self.processes[1]
+
+    def start(self) -> Pair:
+        for process in self.processes:
+            process.start()
+        return self
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.stop()
+
+
+@pytest.fixture
+def pair(postgres_dsn: str, tmp_path: Path) -> Iterator[Pair]:
+    replicas = Pair(postgres_dsn, tmp_path, max_runs_per_user=2)
+    try:
+        yield replicas.start()
+    finally:
+        replicas.stop()
+
+
+def status_of(client: Client, run_id: str) -> str:
+    return str(client.request("GET", f"/v1/runs/{run_id}").json()["status"])
+
+
+def submit(client: Client, body: dict[str, Any] = SLEEP) -> str:
+    answer = client.request("POST", "/v1/runs", body)
+    assert answer.status == 202, answer.body[:500]
+    return str(answer.json()["id"])
+
+
+def test_submit_on_one_replica_poll_and_cancel_on_the_other(pair: Pair) -> None:
+    a, b = pair.a.client, pair.b.client
+    quick = submit(a, {"code": "result = 6 * 7", "background": True})
+    assert wait_for(lambda: status_of(b, quick) == "succeeded", timeout=60)
+    assert b.request("GET", f"/v1/runs/{quick}").json()["result"] == 42
+    notebook = b.request("GET", f"/v1/runs/{quick}/notebook")
+    assert notebook.status == 200 and notebook.json()["nbformat"] == 4
+
+    slow = submit(a)
+    assert wait_for(lambda: status_of(b, slow) == "running", timeout=60)
+    cancelled = b.request("DELETE", f"/v1/runs/{slow}")
+    assert cancelled.status == 200
+    record = cancelled.json()
+    assert record["status"] == "cancelled", record
+    # acknowledged in the record: the replica that ran it says who asked
+    assert f"Cancelled through gateway replica {pair.b.instance}." in record["notes"]
+    assert a.request("GET", f"/v1/runs/{slow}").json()["status"] == "cancelled"
+    assert b.request("GET", "/v1/runs/run_0123456789abcdef0123456789abcdef").status == 404
+
+
+def test_the_per_user_limit_holds_across_replicas(pair: Pair) -> None:
+    a, b = pair.a.client, pair.b.client
+    first, second = submit(a), submit(b)  # the limit is 2, whichever replica admits
+    for client in (a, b):
+        refused = client.request("POST", "/v1/runs", SLEEP)
+        assert refused.status == 429, refused.body[:500]
+        assert "You already have 2 runs in progress" in refused.json()["error"]["message"]
+        assert refused.headers["Retry-After"]
+    assert b.request("DELETE", f"/v1/runs/{first}").json()["status"] == "cancelled"
+    third = submit(b)  # a place came free
+    for run_id in (second, third):
+        assert a.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+
+
+def test_a_replica_killed_mid_run_has_its_runs_failed_by_the_other(pair: Pair) -> None:
+    a, b = pair.a.client, pair.b.client
+    run_id = submit(a)
+    assert wait_for(lambda: status_of(b, run_id) == "running", timeout=60)
+    assert wait_for(census.sandboxes_exist, timeout=60)
+    pair.a.signal(signal.SIGKILL)
+    # no replica renews A's lease any more: B fails the run (its heartbeat is a third of it)
+    assert wait_for(lambda: status_of(b, run_id) == "failed", timeout=10 * LEASE)
+    record = b.request("GET", f"/v1/runs/{run_id}").json()
+    assert record["exit_code"] is None
+    assert any(pair.a.instance in note and "lease" in note for note in record["notes"])
+    # A's replacement on that machine removes what A left behind, as a restart always did
+    pair.a.start()
+    assert wait_for(lambda: census.census() == [], timeout=30), census.census()
+    assert status_of(pair.a.client, run_id) == "failed"
