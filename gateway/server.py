@@ -101,7 +101,7 @@ class Gateway:
         self.context.setsockopt(zmq.RCVHWM, KERNEL_RCVHWM)
         self.context.setsockopt(zmq.LINGER, 0)
         metrics = Metrics()
-        uploads = UploadStore(settings)
+        uploads = UploadStore(settings, self.store.upload_shelf(settings))
         runs = RunService(settings, backend, self.store, self.context, metrics, uploads)
         self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
         runs.start()

@@ -5,15 +5,19 @@ runs failed by the other once its lease runs out."""
 
 from __future__ import annotations
 
+import io
 import signal
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests import census
-from tests.support import Client, GatewayProcess, wait_for
+from tests.postgres import Server
+from tests.support import Client, GatewayProcess, GatewayThread, wait_for
 
 LEASE = 2.0  # seconds: a dead replica's runs are failed a few seconds after it died
 SLEEP = {"code": "import time; time.sleep(600)", "background": True}
@@ -49,7 +53,7 @@ class Pair:
 
 @pytest.fixture
 def pair(postgres_dsn: str, tmp_path: Path) -> Iterator[Pair]:
-    replicas = Pair(postgres_dsn, tmp_path, max_runs_per_user=2)
+    replicas = Pair(postgres_dsn, tmp_path, max_runs_per_user=2, allow_uploads=True)
     try:
         yield replicas.start()
     finally:
@@ -115,3 +119,48 @@ def test_a_replica_killed_mid_run_has_its_runs_failed_by_the_other(pair: Pair) -
     pair.a.start()
     assert wait_for(lambda: census.census() == [], timeout=30), census.census()
     assert status_of(pair.a.client, run_id) == "failed"
+
+
+def test_an_upload_made_on_one_replica_is_used_by_a_run_on_the_other(pair: Pair) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("main.py", "print(open('data.txt').read())")
+        archive.writestr("data.txt", "from replica a")
+    answer = pair.a.client.request(
+        "POST", "/v1/uploads", raw=buffer.getvalue(), headers={"Content-Type": "application/zip"}
+    )
+    assert answer.status == 201, answer.body[:500]
+    record = pair.b.client.run(archive=answer.json()["id"], entrypoint="main.py")
+    assert (record["status"], record["stdout"]) == ("succeeded", "from replica a\n"), record
+
+
+def test_health_reports_the_store_and_readiness_fails_without_it(
+    postgres_server: Server,
+) -> None:
+    """The store's database gone: /v1/health answers 503 `store_unavailable` (a load
+    balancer stops sending work here) and a new run is a 503 `store_unavailable`, not a 500;
+    the gateway still stops cleanly."""
+    with postgres_server.database() as dsn:
+        server = GatewayThread(backend="local", store=dsn, lease_seconds=LEASE).start()
+        try:
+            client = server.client()
+            health = client.request("GET", "/v1/health")
+            assert health.status == 200
+            assert health.json()["store"] == {"kind": "postgresql", "ok": True}
+            with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE {dsn.rsplit('/', 1)[1]} WITH (FORCE)")
+            health = client.request("GET", "/v1/health")
+            assert health.status == 503
+            body = health.json()
+            assert body["status"] == "store_unavailable" and body["store"]["ok"] is False
+            refused = client.request("POST", "/v1/runs", {"code": "print(1)"})
+            assert refused.status == 503, refused.body[:500]
+            assert refused.json()["error"]["code"] == "store_unavailable"
+            assert refused.headers["Retry-After"]
+        finally:
+            server.stop()
+
+
+def test_health_reports_the_default_sqlite_store(local_client: Client) -> None:
+    health = local_client.request("GET", "/v1/health")
+    assert health.status == 200 and health.json()["store"] == {"kind": "sqlite", "ok": True}

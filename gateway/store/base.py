@@ -21,6 +21,9 @@ Who calls what, in order:
     /v1/health           ping()
     Gateway.stop         close()
 
+Uploads are kept where `upload_shelf()` says: files under the data dir beside SQLite, a
+table of the PostgreSQL store (visible from every replica).
+
 `on_cancel` (set by the run service before `open`) is called with (run_id, note) when
 another replica asks this one to cancel a run it owns. Times that decide anything between
 replicas (leases, record ages) are the database's clock, never a replica's.
@@ -36,6 +39,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from gateway.models.record import RunRecord
+from gateway.settings import Settings
+from gateway.uploads.shelf import UploadShelf
 
 UNFINISHED = ("queued", "running")
 
@@ -97,6 +102,11 @@ class RecordStore(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What /v1/health shows of the store (never a password)."""
         return {"kind": self.kind}
+
+    @abc.abstractmethod
+    def upload_shelf(self, settings: Settings) -> UploadShelf:
+        """Where uploaded archives are kept: beside this store, so that every gateway that
+        shares the store sees them (DESIGN.md decision 9)."""
 
     # --- run records --------------------------------------------------------------------
 

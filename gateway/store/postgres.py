@@ -35,8 +35,10 @@ from psycopg import conninfo
 
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
+from gateway.settings import Settings
 from gateway.store.base import Finished, RecordQuota, RecordStore, Renewal
 from gateway.store.migrate import migrate
+from gateway.uploads.shelf import UploadShelf
 
 log = logging.getLogger(__name__)
 
@@ -105,15 +107,20 @@ class PostgresStore(RecordStore):
             self._listener = None
         await self.pool.close()
 
+    def upload_shelf(self, settings: Settings) -> UploadShelf:
+        from gateway.store.postgres_uploads import PostgresShelf
+
+        return PostgresShelf(self, settings.upload_ttl)
+
     async def ping(self) -> None:
-        async with self._conn(timeout=3.0) as conn:
+        async with self.connection(timeout=3.0) as conn:
             await conn.execute("SELECT 1")
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, **redact(self.dsn), "replica": self.replica}
 
     @contextlib.asynccontextmanager
-    async def _conn(self, timeout: float | None = None) -> AsyncIterator[Conn]:
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[Conn]:
         """A connection of the pool, in a transaction committed at the end of the block;
         the driver's failures become StoreUnavailable."""
         try:
@@ -129,8 +136,8 @@ class PostgresStore(RecordStore):
 
     async def admit(self, record: RunRecord, limit: int) -> int | None:
         payload = _dump(record)
-        async with self._conn() as conn:
-            await _lock_user(conn, RUNS_LOCK, record.user)
+        async with self.connection() as conn:
+            await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
                 "SELECT count(*) FROM runs WHERE owner = %s AND status IN ('queued', 'running')",
                 (record.user,),
@@ -155,7 +162,7 @@ class PostgresStore(RecordStore):
 
     async def update(self, record: RunRecord) -> bool:
         payload = _dump(record)
-        async with self._conn() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "UPDATE runs SET status = %s, record = %s, size = %s "
                 "WHERE id = %s AND replica = %s AND status IN ('queued', 'running')",
@@ -165,8 +172,8 @@ class PostgresStore(RecordStore):
 
     async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
         payload = _dump(record)
-        async with self._conn() as conn:
-            await _lock_user(conn, RUNS_LOCK, record.user)
+        async with self.connection() as conn:
+            await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
                 "UPDATE runs SET status = %s, record = %s, size = %s, lease_until = NULL "
                 "WHERE id = %s AND replica = %s AND status IN ('queued', 'running')",
@@ -178,13 +185,13 @@ class PostgresStore(RecordStore):
         return Finished(evicted=evicted)
 
     async def get(self, run_id: str) -> RunRecord | None:
-        async with self._conn() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute("SELECT record FROM runs WHERE id = %s", (run_id,))
             row = await cursor.fetchone()
         return None if row is None else RunRecord.from_storage(json.loads(row[0]))
 
     async def expire(self, ttl: float) -> int:
-        async with self._conn() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "DELETE FROM runs WHERE created < now() - make_interval(secs => %s) "
                 "AND NOT status IN ('queued', 'running')",
@@ -195,7 +202,7 @@ class PostgresStore(RecordStore):
     # --- replicas -----------------------------------------------------------------------
 
     async def recover(self, note: str) -> int:
-        async with self._conn() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "SELECT id, replica, record FROM runs "
                 "WHERE replica = %s AND status IN ('queued', 'running') FOR UPDATE SKIP LOCKED",
@@ -204,7 +211,7 @@ class PostgresStore(RecordStore):
             return await _fail_rows(conn, await cursor.fetchall(), note)
 
     async def fail_expired(self, note: str) -> int:
-        async with self._conn() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "SELECT id, replica, record FROM runs "
                 "WHERE lease_until < now() AND status IN ('queued', 'running') "
@@ -216,7 +223,7 @@ class PostgresStore(RecordStore):
         ids = list(run_ids)
         if not ids:
             return Renewal()
-        async with self._conn() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
                 "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
@@ -229,7 +236,7 @@ class PostgresStore(RecordStore):
         return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
 
     async def request_cancel(self, run_id: str, note: str) -> bool:
-        async with self._conn() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "UPDATE runs SET cancel_note = COALESCE(cancel_note, %s) "
                 "WHERE id = %s AND status IN ('queued', 'running') RETURNING replica, cancel_note",
@@ -269,7 +276,7 @@ class PostgresStore(RecordStore):
             self.on_cancel(run_id, str(note or "The run was cancelled."))
 
 
-async def _lock_user(conn: Conn, kind: int, user: str) -> None:
+async def lock_user(conn: Conn, kind: int, user: str) -> None:
     """Serialise what decides a user's limits, fleet-wide, until the transaction ends."""
     await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, user))
 

@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.models.record import RunRecord
+from gateway.settings import Settings
 from gateway.store.base import Finished, RecordQuota, RecordStore
+from gateway.uploads.disk import DiskShelf
+from gateway.uploads.shelf import UploadShelf
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -83,6 +86,9 @@ class SQLiteStore(RecordStore):
         if self._db is None:
             raise RuntimeError("the record store is not open")
         return self._db
+
+    def upload_shelf(self, settings: Settings) -> UploadShelf:
+        return DiskShelf(settings.data_dir / "uploads", settings.upload_ttl)
 
     async def ping(self) -> None:
         await self._call(self._ping)
