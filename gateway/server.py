@@ -132,8 +132,10 @@ class Gateway:
     async def _expire_records(self) -> None:
         while True:
             with contextlib.suppress(Exception):
-                assert self.store is not None
+                assert self.store is not None and self.services is not None
                 await self.store.expire(self.settings.record_ttl)
+                if self.services.uploads is not None:  # those of users who upload no more
+                    await self.services.uploads.shelf.expire()
             await asyncio.sleep(min(3600.0, max(1.0, self.settings.record_ttl / 10)))
 
     async def stop(self) -> None:
