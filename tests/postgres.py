@@ -41,17 +41,27 @@ class Server:
         self.state = Path(tempfile.mkdtemp(prefix="gateway-pg-"))
         self.env = {**os.environ, "GATEWAY_POSTGRES_DIR": str(self.state)}
         try:
-            done = subprocess.run(
-                [str(UP)], env=self.env, capture_output=True, text=True, timeout=120, check=False
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"postgres-up.sh failed: {done.stderr[-3000:]}")
-            self.dsn = done.stdout.strip().splitlines()[-1]
-            pid = int((self.state / "pid").read_text().strip())
-            census.own(pid, "the tests' PostgreSQL server")
+            self.dsn = self._up()
         except BaseException:
             self.stop()
             raise
+
+    def _up(self) -> str:
+        done = subprocess.run(
+            [str(UP)], env=self.env, capture_output=True, text=True, timeout=120, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"postgres-up.sh failed: {done.stderr[-3000:]}")
+        pid = int((self.state / "pid").read_text().strip())
+        census.own(pid, "the tests' PostgreSQL server")
+        return done.stdout.strip().splitlines()[-1]
+
+    def pause(self) -> None:
+        """Stop the server (fast: connections are cut); `resume` starts it again."""
+        subprocess.run([str(DOWN)], env=self.env, capture_output=True, timeout=120, check=True)
+
+    def resume(self) -> None:
+        assert self._up() == self.dsn  # the same port
 
     def stop(self) -> None:
         subprocess.run([str(DOWN)], env=self.env, capture_output=True, timeout=120, check=False)

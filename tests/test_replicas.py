@@ -30,7 +30,7 @@ class Pair:
             data = root / name
             data.mkdir()
             self.processes.append(
-                GatewayProcess("local", data, store=dsn, lease_seconds=LEASE, **settings)
+                GatewayProcess("local", data, store=dsn, **{"lease_seconds": LEASE, **settings})
             )
 
     @property
@@ -164,3 +164,52 @@ def test_health_reports_the_store_and_readiness_fails_without_it(
 def test_health_reports_the_default_sqlite_store(local_client: Client) -> None:
     health = local_client.request("GET", "/v1/health")
     assert health.status == 200 and health.json()["store"] == {"kind": "sqlite", "ok": True}
+
+
+def test_the_store_restarted_under_load_loses_no_record(
+    postgres_server: Server, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """PostgreSQL stops while runs are in flight on both replicas and starts again once a
+    run ended meanwhile: every run ends with its result stored (a final record the store
+    cannot take yet is tried again; with no retry the test fails: a run stays "running"), the
+    gateways reconnect, and new runs work on both. (A lease longer than the restart: a
+    store down for longer than the lease fails the runs, as a dead replica's would be.)"""
+    pair = Pair(postgres_dsn, tmp_path, lease_seconds=60.0)
+    pair.start()
+    try:
+        runs = {}
+        for i in range(4):
+            client = (pair.a if i % 2 else pair.b).client
+            body = {"code": f"import time; time.sleep({1 + i * 0.7}); result = {i}"}
+            runs[submit(client, {**body, "background": True})] = i
+        assert wait_for(
+            lambda: all(status_of(pair.a.client, r) == "running" for r in runs), timeout=60
+        )
+        postgres_server.pause()
+        try:  # until a run that ended could not store its record
+            assert wait_for(
+                lambda: any("cannot take its record yet" in p.log() for p in pair.processes),
+                timeout=30,
+            )
+        finally:
+            postgres_server.resume()
+
+        def final(client: Client, run_id: str) -> dict[str, Any] | None:
+            answer = client.request("GET", f"/v1/runs/{run_id}")
+            if answer.status != 200 or answer.json()["status"] in ("queued", "running"):
+                return None
+            record: dict[str, Any] = answer.json()
+            return record
+
+        for run_id, i in runs.items():
+            assert wait_for(lambda r=run_id: final(pair.b.client, r) is not None, timeout=60)
+            record = final(pair.a.client, run_id)
+            assert record is not None and (record["status"], record["result"]) == (
+                "succeeded",
+                i,
+            ), record
+        for process in pair.processes:
+            assert process.client.run(code="result = 'after'")["result"] == "after"
+            assert process.client.request("GET", "/v1/health").status == 200
+    finally:
+        pair.stop()

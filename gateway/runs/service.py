@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 
 import zmq.asyncio
 
-from gateway.errors import CapacityExceeded, GatewayError, NotFound
+from gateway.errors import CapacityExceeded, GatewayError, NotFound, StoreUnavailable
 from gateway.execution.collector import OutputListener
 from gateway.execution.executor import Execution
 from gateway.execution.pool import Pools
@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 # How long a cancel asked of another replica waits for that replica's final record; past
 # it the answer is the record as it is (still running), and the client polls.
 CANCEL_WAIT = 30.0
+# A final record that the store cannot take now (PostgreSQL restarting) is tried again
+# every second this many times, so that a store restart loses no result.
+STORE_RETRIES = 60
 
 
 @dataclasses.dataclass
@@ -245,11 +248,20 @@ class RunService:
             records=self.settings.max_records_per_user,
             bytes=self.settings.max_record_store_bytes_per_user,
         )
-        try:
-            finished = await asyncio.shield(self.store.finish(record, quota))
-        except Exception:
-            log.exception("run %s: its record could not be stored", record.id)
-            return
+        for attempt in range(STORE_RETRIES + 1):
+            try:
+                finished = await asyncio.shield(self.store.finish(record, quota))
+                break
+            except StoreUnavailable:  # restarting, or briefly unreachable: try again
+                if attempt == 0:
+                    log.warning("run %s: the store cannot take its record yet", record.id)
+                if attempt == STORE_RETRIES:
+                    log.error("run %s: the store stayed unreachable; record lost", record.id)
+                    return
+                await asyncio.sleep(1.0)
+            except Exception:
+                log.exception("run %s: its record could not be stored", record.id)
+                return
         if not finished.kept:
             log.warning(
                 "run %s: another replica failed it meanwhile; that record stands", record.id
