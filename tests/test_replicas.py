@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from tests import census
+from tests.api import write_tokens
 from tests.postgres import Server
 from tests.support import Client, GatewayProcess, GatewayThread, wait_for
 
@@ -211,5 +212,29 @@ def test_the_store_restarted_under_load_loses_no_record(
         for process in pair.processes:
             assert process.client.run(code="result = 'after'")["result"] == "after"
             assert process.client.request("GET", "/v1/health").status == 200
+    finally:
+        pair.stop()
+
+
+def test_users_see_only_their_own_runs_on_every_replica(postgres_dsn: str, tmp_path: Path) -> None:
+    tokens = write_tokens(
+        tmp_path / "tokens",
+        {"tok-ann-0123456789abcdef": ("ann", "user"), "tok-bob-0123456789abcdef": ("bob", "user")},
+    )
+    pair = Pair(postgres_dsn, tmp_path, tokens=tokens, allow_local_multi_user=True)
+    pair.start()
+    try:
+        ann_a = Client(pair.a.port, "tok-ann-0123456789abcdef")
+        ann_b, bob_b = (
+            Client(pair.b.port, "tok-ann-0123456789abcdef"),
+            Client(pair.b.port, "tok-bob-0123456789abcdef"),
+        )
+        run_id = submit(ann_a)
+        assert wait_for(lambda: status_of(ann_b, run_id) == "running", timeout=60)
+        for method in ("GET", "DELETE"):
+            assert bob_b.request(method, f"/v1/runs/{run_id}").status == 404
+        assert bob_b.request("GET", f"/v1/runs/{run_id}/notebook").status == 404
+        assert status_of(ann_b, run_id) == "running"  # bob's DELETE cancelled nothing
+        assert ann_b.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
     finally:
         pair.stop()
