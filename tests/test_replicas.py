@@ -6,6 +6,7 @@ runs failed by the other once its lease runs out."""
 from __future__ import annotations
 
 import io
+import os
 import signal
 import zipfile
 from collections.abc import Iterator
@@ -162,9 +163,11 @@ def test_health_reports_the_store_and_readiness_fails_without_it(
             server.stop()
 
 
-def test_health_reports_the_default_sqlite_store(local_client: Client) -> None:
+def test_health_reports_the_shared_gateways_store(local_client: Client) -> None:
+    """SQLite by default; PostgreSQL under GATEWAY_TEST_STORE=postgres (conftest.py)."""
+    kind = "postgresql" if os.environ.get("GATEWAY_TEST_STORE") == "postgres" else "sqlite"
     health = local_client.request("GET", "/v1/health")
-    assert health.status == 200 and health.json()["store"] == {"kind": "sqlite", "ok": True}
+    assert health.status == 200 and health.json()["store"] == {"kind": kind, "ok": True}
 
 
 def test_the_store_restarted_under_load_loses_no_record(

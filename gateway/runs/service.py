@@ -48,6 +48,7 @@ class ActiveRun:
     # Cancels the run whether it still waits for a slot or already runs; the task itself is
     # never cancelled, so its clean-up and final record always happen.
     cancel: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    stored: bool = False  # admitted by the store: its lease is this gateway's to renew
 
 
 class RunService:
@@ -167,6 +168,7 @@ class RunService:
         except BaseException:
             del self.active[record.id]
             raise
+        active.stored = mine is None
         if mine is not None:
             del self.active[record.id]
             raise CapacityExceeded(
@@ -325,8 +327,10 @@ class RunService:
 
     @property
     def run_ids(self) -> list[str]:
-        """The runs this gateway holds now (queued or running): its leases."""
-        return list(self.active)
+        """The runs this gateway holds now (queued or running): its leases. Not those
+        whose admission is still on its way to the store: a heartbeat would find no lease
+        and take them for lost."""
+        return [run_id for run_id, active in self.active.items() if active.stored]
 
     async def drain(self) -> None:
         """Refuse new runs, let running ones finish (bounded), cancel what is left, then

@@ -260,8 +260,10 @@ class PostgresStore(RecordStore):
                     self.listening.set()
                     async for notify in conn.notifies():
                         self._heard(notify.payload)
-            except psycopg.Error as exc:
+            except (psycopg.Error, OSError) as exc:
                 log.warning("store: the cancel listener lost its connection: %s", exc)
+            except Exception:  # never end: cancels would then wait for the heartbeat
+                log.exception("store: the cancel listener failed")
             self.listening.clear()
             await asyncio.sleep(1.0)
 
