@@ -39,14 +39,22 @@ bindir() {
 BIN=$(bindir)
 if [ -z "$BIN" ]; then
     [ "$(id -u)" -eq 0 ] || die "PostgreSQL's server is not installed; run this as root once"
-    # Keep the package from starting Debian's main cluster while it installs.
+    # Keep the package from starting Debian's main cluster while it installs (only for
+    # this install: a policy-rc.d we made is removed again).
+    made_policy=
     if [ ! -e /usr/sbin/policy-rc.d ]; then
         printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
         chmod 0755 /usr/sbin/policy-rc.d
+        made_policy=1
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
     log "installing postgresql"
     apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
+    if [ -n "$made_policy" ]; then
+        rm -f /usr/sbin/policy-rc.d
+        trap - EXIT
+    fi
     BIN=$(bindir)
     [ -n "$BIN" ] || die "no /usr/lib/postgresql/*/bin/initdb after installing postgresql"
 fi
