@@ -12,9 +12,11 @@
      +-- UnsupportedMediaType  415    unsupported_media_type
      +-- CapacityExceeded      429    capacity (with Retry-After)
      +-- SandboxError          503    sandbox_unavailable: a kernel or sandbox could not start
+     +-- StoreUnavailable      503    store_unavailable: the record store cannot be reached
 
 User code that fails is never one of these: it is a run record with status "failed".
-Foreign exceptions (Docker, ZMQ, nbformat) are translated into these where they are caught.
+Foreign exceptions (Docker, ZMQ, nbformat, the PostgreSQL driver) are translated into these
+where they are caught.
 """
 
 from __future__ import annotations
@@ -116,3 +118,10 @@ class SandboxError(GatewayError):
 
     status = 503
     code = "sandbox_unavailable"
+
+
+class StoreUnavailable(GatewayError):
+    """The record store (PostgreSQL) cannot be reached now; the client may try again."""
+
+    status = 503
+    code = "store_unavailable"

@@ -13,6 +13,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
         "the local backend (it runs kernels from this Python environment)",
     ),
     "mcp": (("mcp",), "`gateway mcp`"),
+    "postgres": (("psycopg", "psycopg_pool"), "the PostgreSQL store (`--store postgresql://`)"),
 }
 
 

@@ -23,11 +23,13 @@ from gateway.auth import TokenTable, is_loopback_host
 from gateway.handlers.base import Services
 from gateway.http_server import GatewayHTTPServer
 from gateway.metrics import Metrics
+from gateway.runs.leases import keep_leases
 from gateway.runs.service import RunService
-from gateway.runs.store import RecordStore
 from gateway.sandbox.base import SandboxBackend
-from gateway.sandbox.select import choose_backend
+from gateway.sandbox.select import choose_backend, instance_id
 from gateway.settings import Settings
+from gateway.store.base import RecordStore
+from gateway.store.select import make_store
 from gateway.uploads.store import UploadStore
 
 log = logging.getLogger("gateway")
@@ -56,6 +58,7 @@ class Gateway:
         self._server: GatewayHTTPServer | None = None
         self._sockets: list[socket.socket] = []
         self._expiry: asyncio.Task[None] | None = None
+        self._leases: asyncio.Task[None] | None = None
         self.services: Services | None = None
         self.backend: SandboxBackend | None = None
         self.store: RecordStore | None = None
@@ -82,9 +85,9 @@ class Gateway:
             log.warning("no --tokens file: single-user mode, listening on loopback only")
         self.backend = backend
         await backend.startup()
-        self.store = RecordStore(settings.data_dir / "runs.sqlite3")
+        self.store = make_store(settings, instance_id(settings))
         await self.store.open()
-        failed = await self.store.fail_unfinished(
+        failed = await self.store.recover(
             "The gateway stopped while this run was in progress; its result is lost."
         )
         if failed:
@@ -98,7 +101,7 @@ class Gateway:
         self.context.setsockopt(zmq.RCVHWM, KERNEL_RCVHWM)
         self.context.setsockopt(zmq.LINGER, 0)
         metrics = Metrics()
-        uploads = UploadStore(settings)
+        uploads = UploadStore(settings, self.store.upload_shelf(settings))
         runs = RunService(settings, backend, self.store, self.context, metrics, uploads)
         self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
         runs.start()
@@ -122,13 +125,17 @@ class Gateway:
         self._server.add_sockets(sockets)
         self._sockets = []
         self._expiry = asyncio.create_task(self._expire_records())
+        if self.store.shared:
+            self._leases = asyncio.create_task(keep_leases(self.store, runs, settings))
         log.info("listening on http://%s:%d", settings.host, self.port)
 
     async def _expire_records(self) -> None:
         while True:
             with contextlib.suppress(Exception):
-                assert self.store is not None
+                assert self.store is not None and self.services is not None
                 await self.store.expire(self.settings.record_ttl)
+                if self.services.uploads is not None:  # those of users who upload no more
+                    await self.services.uploads.shelf.expire()
             await asyncio.sleep(min(3600.0, max(1.0, self.settings.record_ttl / 10)))
 
     async def stop(self) -> None:
@@ -145,10 +152,11 @@ class Gateway:
                 stream.close(1001, "The gateway is shutting down.")
         if self.backend is not None:
             await self.backend.shutdown()
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
+        for task in (self._expiry, self._leases):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._server is not None:
             await self._server.close_all_connections()
         if self.store is not None:

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.extras import missing
+
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
@@ -48,6 +50,18 @@ class Settings(BaseModel):
     port: int = setting(8888, "port to listen on (0 picks a free one)", ge=0, le=65535)
     backend: Backend = setting("auto", "sandbox backend: docker, local, or auto")
     data_dir: Path = setting(Path("~/.local/share/kernel-gateway"), "where run records live")
+    store: str | None = setting(
+        None,
+        "where run records live: sqlite:///PATH (default: runs.sqlite3 under data_dir) or "
+        "postgresql://USER:PASSWORD@HOST:PORT/DB, shared by gateway replicas",
+    )
+    lease_seconds: float = setting(
+        30.0,
+        "with a PostgreSQL store: a replica that has not renewed its runs for this long is "
+        "taken for dead, and another fails them",
+        ge=0.5,
+        le=3600,
+    )
     workspaces: Path | None = setting(None, "root of the users' persistent workspaces")
     tokens: Path | None = setting(None, 'JSON file {"<token>": {"user": ..., "role": ...}}')
     allow_uploads: bool = setting(False, "enable POST /v1/uploads and the archive field")
@@ -190,10 +204,55 @@ class Settings(BaseModel):
             return tuple(part for part in (p.strip() for p in value.split(",")) if part)
         return value
 
+    @field_validator("store", mode="after")
+    @classmethod
+    def _store_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_store_url(value)
+        return value
+
     @field_validator("data_dir", "workspaces", "tokens", mode="after")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return None if value is None else Path(os.path.abspath(value.expanduser()))
+
+
+StoreKind = Literal["sqlite", "postgresql"]
+
+
+def parse_store_url(url: str) -> tuple[StoreKind, Path | None]:
+    """Check a `--store` URL: ("sqlite", its file) or ("postgresql", None). A bad one raises
+    ValueError saying what is wrong (never repeating a password)."""
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in ("sqlite", "postgresql", "postgres"):
+        raise ValueError("the store must be sqlite:///PATH or postgresql://USER@HOST/DB")
+    if scheme == "sqlite":
+        if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "\0" in rest:
+            raise ValueError("sqlite:///PATH needs the absolute path of a file (three slashes)")
+        return "sqlite", Path(os.path.abspath(rest))
+    absent = missing("postgres")
+    if absent is not None:
+        raise ValueError(f"a PostgreSQL store: {absent}")
+    from psycopg import ProgrammingError, conninfo  # only for a PostgreSQL store
+
+    try:
+        conninfo.conninfo_to_dict(url)
+    except ProgrammingError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+        raise ValueError(f"not a PostgreSQL URL libpq accepts ({reason})") from None
+    return "postgresql", None
+
+
+def redact_url(url: str) -> str:
+    """A URL as it may be shown: any password replaced by ***."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    userinfo, at, host = rest.rpartition("@")
+    if at and ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    return f"{scheme}{sep}{userinfo}{at}{host}" if at else url
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -258,4 +317,7 @@ def _explain(exc: ValidationError) -> str:
     """The first problem, as `setting: what is wrong (got value)`."""
     error = exc.errors()[0]
     name = ".".join(str(part) for part in error["loc"]) or "settings"
-    return f"{name}: {error['msg']} (got {error.get('input')!r})"
+    shown = error.get("input")
+    if name == "store" and isinstance(shown, str):
+        shown = redact_url(shown)
+    return f"{name}: {error['msg']} (got {shown!r})"

@@ -4,7 +4,9 @@ sandbox process, folder, cgroup or container may pass. See tests/README.md."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from tests import census, needs
 from tests.api import write_tokens
 from tests.openapi_support import FUZZ_TOKEN
+from tests.postgres import Server
 from tests.support import DOCKER_IMAGE, Client, GatewayThread, wait_for
 
 BACKENDS = ("local", "docker")
@@ -48,24 +51,41 @@ def start_gateway(backend: str, **overrides: Any) -> GatewayThread:
 
 
 class SharedGateways:
-    """The session's gateways with default settings, one per backend, started on first use."""
+    """The session's gateways with default settings, one per backend, started on first use.
+    With GATEWAY_TEST_STORE=postgres they keep their runs in a database of the session's
+    PostgreSQL instead of SQLite: the behavioural suite on the other store (by hand: CI
+    runs it on SQLite and the store's own tests on both, within its time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, postgres: Server | None = None) -> None:
         self.started: dict[str, GatewayThread] = {}
+        self._postgres = postgres
+        self._databases = contextlib.ExitStack()
+
+    def _store(self) -> dict[str, Any]:
+        if self._postgres is None:
+            return {}
+        return {"store": self._databases.enter_context(self._postgres.database())}
 
     def get(self, backend: str) -> GatewayThread:
         if backend not in self.started:
-            self.started[backend] = start_gateway(backend)
+            self.started[backend] = start_gateway(backend, **self._store())
         return self.started[backend]
 
     def stop(self) -> None:
-        for server in self.started.values():
-            server.stop()
+        try:
+            for server in self.started.values():
+                server.stop()
+        finally:
+            self._databases.close()
 
 
 @pytest.fixture(scope="session")
-def shared_gateways() -> Iterator[SharedGateways]:
-    gateways = SharedGateways()
+def shared_gateways(request: pytest.FixtureRequest) -> Iterator[SharedGateways]:
+    postgres = None
+    if os.environ.get("GATEWAY_TEST_STORE", "sqlite") == "postgres":
+        # asked for here, so that the server outlives the gateways that use it
+        postgres = request.getfixturevalue("postgres_server")
+    gateways = SharedGateways(postgres)
     try:
         yield gateways
     finally:
@@ -159,3 +179,20 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         left = census.census()
         census.clean_up()
         pytest.fail(f"left behind: {left}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Server]:
+    """The session's PostgreSQL (tests/postgres.py), started on first use."""
+    server = Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: Server) -> Iterator[str]:
+    """A fresh database on the session's PostgreSQL, for one test."""
+    with postgres_server.database() as dsn:
+        yield dsn

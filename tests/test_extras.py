@@ -22,7 +22,7 @@ from tests.support import REPO, GatewayThread
 
 TOKEN = "extras-test-token-0123456789"
 KERNEL_SIDE = ("ipykernel", "matplotlib", "matplotlib_inline", "numpy", "pandas", "deno")
-BLOCKED = ("docker", "mcp", *KERNEL_SIDE)
+BLOCKED = ("docker", "mcp", "psycopg", "psycopg_pool", *KERNEL_SIDE)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,7 @@ def test_the_client_needs_no_extra(server: GatewayThread, tmp_path: Path) -> Non
         (("serve", "--backend", "local"), "local"),
         (("serve", "--backend", "docker"), "docker"),
         (("mcp",), "mcp"),
+        (("serve", "--store", "postgresql://gw@127.0.0.1/gw"), "postgres"),
     ],
 )
 def test_a_part_without_its_extra_names_the_extra(
@@ -113,7 +114,7 @@ def test_the_core_install_brings_no_backend_packages(tmp_path: Path) -> None:
         return {item["metadata"]["name"].lower().replace("_", "-") for item in installs}
 
     core = resolved(str(REPO))
-    heavy = {"docker", "mcp", "ipykernel", "numpy", "pandas", "matplotlib", "deno"}
+    heavy = {"docker", "mcp", "ipykernel", "numpy", "pandas", "matplotlib", "deno", "psycopg"}
     assert not core & heavy, core & heavy
     assert {"tornado", "pydantic", "jupyter-client", "nbformat"} <= core
     assert heavy <= resolved(f"{REPO}[all]")

@@ -15,6 +15,7 @@ LAYERS: list[set[str]] = [
     {"sandbox"},
     {"execution"},
     {"uploads"},
+    {"store"},
     {"runs"},
     {"tools"},
     {"openapi", "handlers"},

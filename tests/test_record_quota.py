@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gateway.models.record import RunRecord
-from gateway.runs.store import RecordQuota, RecordStore
+from gateway.store.base import RecordQuota
+from gateway.store.sqlite import SQLiteStore
 from tests.conftest import BACKENDS, start_gateway
 from tests.support import Client, GatewayThread
 
@@ -107,12 +108,12 @@ def test_a_data_dir_of_an_older_gateway_gets_sizes(tmp_path: Path) -> None:
     db.close()
 
     async def main() -> tuple[RunRecord | None, RunRecord | None, int]:
-        store = RecordStore(path)
+        store = SQLiteStore(path)
         await store.open()
         try:
             new = RunRecord(id="run_new", language="python", user="dan", status="succeeded")
-            evicted = await store.put(new, RecordQuota(records=10, bytes=30_000))
-            return await store.get("run_old"), await store.get("run_new"), evicted
+            finished = await store.finish(new, RecordQuota(records=10, bytes=30_000))
+            return await store.get("run_old"), await store.get("run_new"), finished.evicted
         finally:
             await store.close()
 

@@ -128,6 +128,8 @@ def other_value(name: str) -> tuple[str, Any]:
     default = getattr(settings_module.Settings(), name)
     if name == "backend":
         return "local", "local"
+    if name == "store":
+        return "sqlite:///srv/runs.db", "sqlite:///srv/runs.db"
     if isinstance(default, bool):
         return "true", True
     if isinstance(default, int):

@@ -2,25 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from gateway.errors import StoreUnavailable
 from gateway.handlers.base import BaseHandler
 from gateway.metrics import CONTENT_TYPE
-from gateway.models.answers import Health, Kernels, Pool
+from gateway.models.answers import Health, Kernels, Pool, StoreHealth
 from gateway.version import __version__
 
 
 class HealthHandler(BaseHandler):
     public = True
 
-    def get(self) -> None:
+    async def get(self) -> None:
         runs = self.services.runs
+        store_ok = await self._store_answers()
+        status = "draining" if runs.draining else "ok"
+        if not store_ok:  # not ready: a load balancer sends new runs to another replica
+            status = "store_unavailable"
         health = Health(
-            status="draining" if runs.draining else "ok",
+            status=status,
             backend=self.services.backend.name,
+            store=StoreHealth(kind=runs.store.kind, ok=store_ok),
             kernels=Kernels(running=runs.running, pooled=runs.kernels.ready),
             pools={kind: Pool(**pool) for kind, pool in runs.kernels.describe().items()},
             version=__version__,
         )
-        self.send_json(health)
+        self.send_json(health, 200 if store_ok else 503)
+
+    async def _store_answers(self) -> bool:
+        try:
+            await asyncio.wait_for(self.services.runs.store.ping(), STORE_PING_TIMEOUT)
+        except (StoreUnavailable, TimeoutError):
+            return False
+        return True
+
+
+STORE_PING_TIMEOUT = 3.0  # seconds: a health probe answers within its own timeout
 
 
 class MetricsHandler(BaseHandler):

@@ -25,11 +25,21 @@ class Pool(Answer):
     misses: int = Field(ge=0, description="runs that had to start their own")
 
 
+class StoreHealth(Answer):
+    kind: Literal["sqlite", "postgresql"] = Field(
+        description="where runs are kept: `sqlite` (one gateway) or `postgresql` (replicas)"
+    )
+    ok: bool = Field(description="the store answered just now")
+
+
 class Health(Answer):
-    status: Literal["ok", "draining"] = Field(
-        description="`draining` after SIGTERM: running runs finish, new ones get 429"
+    status: Literal["ok", "draining", "store_unavailable"] = Field(
+        description="`draining` after SIGTERM: running runs finish, new ones get 429. "
+        "`store_unavailable` (answered with 503): the run store cannot be reached, so this "
+        "gateway is not ready for new runs"
     )
     backend: Literal["docker", "local"]
+    store: StoreHealth
     kernels: Kernels
     pools: dict[str, Pool] = Field(description="the warm pools, by kind of kernel")
     version: str

@@ -27,7 +27,7 @@ ERROR_CODES: dict[int, list[str]] = {
     415: ["unsupported_media_type"],
     429: ["capacity"],
     500: ["internal"],
-    503: ["sandbox_unavailable", "capacity"],
+    503: ["sandbox_unavailable", "capacity", "store_unavailable"],
 }
 
 _ERROR_TEXT: dict[int, tuple[str, str]] = {
@@ -85,7 +85,8 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "container engine failed, or the kernel was not ready within `kernel_start_timeout`). "
         "Not the caller's fault; retrying later may work. `capacity`: the gateway has "
         "`max_connections` connections open; this one was answered at once and closed "
-        "(with `Retry-After`).",
+        "(with `Retry-After`). `store_unavailable`: the run store (the PostgreSQL database "
+        "that gateway replicas share) cannot be reached now (with `Retry-After`).",
     ),
 }
 

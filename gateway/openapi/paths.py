@@ -319,7 +319,13 @@ PATHS: dict[str, Schema] = {
             "operations",
             "Is the gateway up",
             "Public: no token needed.",
-            {"200": answer("Health", "The gateway's state."), **errors()},
+            {
+                "200": answer("Health", "The gateway's state."),
+                **errors(),
+                "503": answer(
+                    "Health", "The run store cannot be reached: this gateway is not ready."
+                ),
+            },
             public=True,
         )
     },

@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 
 import zmq.asyncio
 
-from gateway.errors import CapacityExceeded, GatewayError, NotFound
+from gateway.errors import CapacityExceeded, GatewayError, NotFound, StoreUnavailable
 from gateway.execution.collector import OutputListener
 from gateway.execution.executor import Execution
 from gateway.execution.pool import Pools
@@ -24,12 +24,19 @@ from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.archives import archive_files
 from gateway.runs.bounds import bound_record
-from gateway.runs.store import RecordQuota, RecordStore
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
+from gateway.store.base import UNFINISHED, RecordQuota, RecordStore
 from gateway.uploads.store import UploadStore
 
 log = logging.getLogger(__name__)
+
+# How long a cancel asked of another replica waits for that replica's final record; past
+# it the answer is the record as it is (still running), and the client polls.
+CANCEL_WAIT = 30.0
+# A final record that the store cannot take now (PostgreSQL restarting) is tried again
+# every second this many times, so that a store restart loses no result.
+STORE_RETRIES = 60
 
 
 @dataclasses.dataclass
@@ -41,6 +48,7 @@ class ActiveRun:
     # Cancels the run whether it still waits for a slot or already runs; the task itself is
     # never cancelled, so its clean-up and final record always happen.
     cancel: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    stored: bool = False  # admitted by the store: its lease is this gateway's to renew
 
 
 class RunService:
@@ -75,6 +83,7 @@ class RunService:
         self._slots = asyncio.Semaphore(settings.max_concurrent_runs)
         self._running = 0
         self._draining = False
+        store.on_cancel = self.cancel_here
         metrics.gauge("gateway_queue_length", "Runs waiting for a slot.", lambda: self.queued)
         metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self._running)
         metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", self._pooled)
@@ -116,22 +125,19 @@ class RunService:
     def draining(self) -> bool:
         return self._draining
 
-    def _admit(self, user: str) -> None:
-        retry = max(1.0, self.settings.default_timeout / 4)
+    @property
+    def _retry(self) -> float:
+        return max(1.0, self.settings.default_timeout / 4)
+
+    def _admit(self) -> None:
+        """This gateway's own capacity (the per-user limit is the store's, fleet-wide)."""
         if self._draining:
-            raise CapacityExceeded("The gateway is shutting down.", retry_after=retry)
+            raise CapacityExceeded("The gateway is shutting down.", retry_after=self._retry)
         capacity = self.settings.max_concurrent_runs + self.settings.max_queued_runs
         if len(self.active) >= capacity:  # running + waiting for a slot
             raise CapacityExceeded(
                 "Every run slot is busy and the queue is full; try again shortly.",
-                retry_after=retry,
-            )
-        mine = sum(1 for a in self.active.values() if a.record.user == user)
-        if mine >= self.settings.max_runs_per_user:
-            raise CapacityExceeded(
-                f"You already have {mine} runs in progress; the limit is "
-                f"{self.settings.max_runs_per_user}.",
-                retry_after=retry,
+                retry_after=self._retry,
             )
 
     async def submit(
@@ -154,14 +160,22 @@ class RunService:
     async def _start(
         self, record: RunRecord, program: Program, listener: OutputListener | None
     ) -> ActiveRun:
-        self._admit(record.user)
+        self._admit()
         active = ActiveRun(record=record)
-        self.active[record.id] = active
+        self.active[record.id] = active  # holds its place in this gateway's capacity
         try:
-            await self.store.put(record)
+            mine = await self.store.admit(record, self.settings.max_runs_per_user)
         except BaseException:
             del self.active[record.id]
             raise
+        active.stored = mine is None
+        if mine is not None:
+            del self.active[record.id]
+            raise CapacityExceeded(
+                f"You already have {mine} runs in progress; the limit is "
+                f"{self.settings.max_runs_per_user}.",
+                retry_after=self._retry,
+            )
         active.task = asyncio.create_task(self._run(active, program, listener))
         return active
 
@@ -204,7 +218,8 @@ class RunService:
                     cancel=active.cancel,
                 )
                 active.execution = execution
-                await self.store.put(record)
+                record.status = "running"  # it holds a slot: so other replicas see it
+                await self.store.update(record)
                 await execution.run()
             finally:
                 self._running -= 1
@@ -235,13 +250,28 @@ class RunService:
             records=self.settings.max_records_per_user,
             bytes=self.settings.max_record_store_bytes_per_user,
         )
-        try:
-            evicted = await asyncio.shield(self.store.put(record, quota))
-        except Exception:
-            log.exception("run %s: its record could not be stored", record.id)
-            return
-        if evicted:
-            log.info("user %r: %d oldest run record(s) deleted (quota)", record.user, evicted)
+        for attempt in range(STORE_RETRIES + 1):
+            try:
+                finished = await asyncio.shield(self.store.finish(record, quota))
+                break
+            except StoreUnavailable:  # restarting, or briefly unreachable: try again
+                if attempt == 0:
+                    log.warning("run %s: the store cannot take its record yet", record.id)
+                if attempt == STORE_RETRIES:
+                    log.error("run %s: the store stayed unreachable; record lost", record.id)
+                    return
+                await asyncio.sleep(1.0)
+            except Exception:
+                log.exception("run %s: its record could not be stored", record.id)
+                return
+        if not finished.kept:
+            log.warning(
+                "run %s: another replica failed it meanwhile; that record stands", record.id
+            )
+        if finished.evicted:
+            log.info(
+                "user %r: %d oldest run record(s) deleted (quota)", record.user, finished.evicted
+            )
 
     async def _acquire_slot(self, cancel: asyncio.Event) -> bool:
         """Wait for a run slot; False (and no slot held) when cancelled while waiting."""
@@ -274,10 +304,33 @@ class RunService:
         record = await self.get(run_id, user, admin)
         active = self.active.get(run_id)
         if active is None or active.task is None:
-            return record  # already final: cancelling is a no-op
+            if record.status not in UNFINISHED:
+                return record  # already final: cancelling is a no-op
+            # Another replica runs it: ask that one, and wait (bounded) for its answer.
+            note = f"Cancelled through gateway replica {self.store.replica}."
+            if not await self.store.request_cancel(run_id, note):
+                return await self.get(run_id, user, admin)
+            final = await self.store.wait_final(run_id, CANCEL_WAIT)
+            return final if final is not None else record
         active.cancel.set()
         await asyncio.shield(active.task)
         return active.record
+
+    def cancel_here(self, run_id: str, note: str) -> None:
+        """Cancel a run of this gateway that another replica was asked to cancel (the
+        store heard it); the note says so in its record."""
+        active = self.active.get(run_id)
+        if active is None or active.cancel.is_set():
+            return
+        active.record.notes.append(note)
+        active.cancel.set()
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The runs this gateway holds now (queued or running): its leases. Not those
+        whose admission is still on its way to the store: a heartbeat would find no lease
+        and take them for lost."""
+        return [run_id for run_id, active in self.active.items() if active.stored]
 
     async def drain(self) -> None:
         """Refuse new runs, let running ones finish (bounded), cancel what is left, then

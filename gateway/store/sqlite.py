@@ -1,4 +1,6 @@
-"""Run records in SQLite under the data dir, so they survive a restart (DESIGN.md decision 9).
+"""`SQLiteStore`: run records in SQLite under the data dir (or the file `--store
+sqlite:///PATH` names), so they survive a restart (DESIGN.md decision 9). One gateway per
+file: it owns every run in it, so it has no leases and no other replica to ask.
 
 sqlite3 is synchronous: every call runs on one dedicated thread, which also serialises
 access to the single connection.
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import json
 import sqlite3
 import time
@@ -22,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.models.record import RunRecord
+from gateway.settings import Settings
+from gateway.store.base import Finished, RecordQuota, RecordStore
+from gateway.uploads.disk import DiskShelf
+from gateway.uploads.shelf import UploadShelf
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -39,16 +44,12 @@ _SIZE_COLUMN = "ALTER TABLE runs ADD COLUMN size INTEGER NOT NULL DEFAULT 0"
 _SIZE_INDEX = "CREATE INDEX IF NOT EXISTS runs_user_created ON runs (user, created)"
 
 
-@dataclasses.dataclass(frozen=True)
-class RecordQuota:
-    """What one user may keep: at most `records` records of at most `bytes` in all."""
+class SQLiteStore(RecordStore):
+    kind = "sqlite"
+    shared = False
 
-    records: int
-    bytes: int
-
-
-class RecordStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, replica: str = "") -> None:
+        super().__init__(replica)
         self.path = path
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="records")
         self._db: sqlite3.Connection | None = None
@@ -86,14 +87,49 @@ class RecordStore:
             raise RuntimeError("the record store is not open")
         return self._db
 
-    async def put(self, record: RunRecord, quota: RecordQuota | None = None) -> int:
-        """Store the record; with a quota, delete the owner's oldest finished records while
-        they keep more than it allows. Returns how many were deleted."""
-        payload = json.dumps(record.to_storage(), separators=(",", ":"))
+    def upload_shelf(self, settings: Settings) -> UploadShelf:
+        return DiskShelf(settings.data_dir / "uploads", settings.upload_ttl)
+
+    async def ping(self) -> None:
+        await self._call(self._ping)
+
+    def _ping(self) -> None:
+        self._conn().execute("SELECT 1").fetchone()
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path)}
+
+    async def admit(self, record: RunRecord, limit: int) -> int | None:
+        payload = _dump(record)
+        result: int | None = await self._call(
+            self._admit, record.id, record.user, record.status, payload, limit
+        )
+        return result
+
+    def _admit(self, run_id: str, user: str, status: str, payload: str, limit: int) -> int | None:
+        (mine,) = (
+            self._conn()
+            .execute(
+                "SELECT COUNT(*) FROM runs WHERE user = ? AND status IN ('queued', 'running')",
+                (user,),
+            )
+            .fetchone()
+        )
+        if mine >= limit:
+            return int(mine)
+        self._put(run_id, user, status, payload)
+        return None
+
+    async def update(self, record: RunRecord) -> bool:
+        await self._call(self._put, record.id, record.user, record.status, _dump(record))
+        return True
+
+    async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
+        payload = _dump(record)
         evicted: int = await self._call(
             self._put, record.id, record.user, record.status, payload, quota
         )
-        return evicted
+        return Finished(evicted=evicted)
 
     def _put(
         self,
@@ -144,8 +180,9 @@ class RecordStore:
         row = self._conn().execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
         return None if row is None else str(row[0])
 
-    async def fail_unfinished(self, note: str) -> int:
-        """Mark runs left queued or running by a gateway that died as failed."""
+    async def recover(self, note: str) -> int:
+        """Mark runs left queued or running by a gateway that died as failed: every one in
+        the file (a SQLite store has one gateway)."""
         result: int = await self._call(self._fail_unfinished, note)
         return result
 
@@ -160,7 +197,7 @@ class RecordStore:
             record.status = "failed"
             record.exit_code = None
             record.notes.append(note)
-            self._put(record.id, record.user, record.status, json.dumps(record.to_storage()))
+            self._put(record.id, record.user, record.status, _dump(record))
         return len(rows)
 
     async def expire(self, ttl: float) -> int:
@@ -173,3 +210,7 @@ class RecordStore:
             (before,),
         )
         return cursor.rowcount
+
+
+def _dump(record: RunRecord) -> str:
+    return json.dumps(record.to_storage(), separators=(",", ":"))

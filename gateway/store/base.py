@@ -1,0 +1,166 @@
+"""The one store interface: run records, admission against the per-user limit, leases and
+cancel requests between replicas. Two implementations, `SQLiteStore` (one gateway, the
+default: nothing to install) and `PostgresStore` (any number of gateway replicas on one
+database). The run service never knows which one it has (DESIGN.md decision 9).
+
+Who calls what, in order:
+
+    Gateway.start        open(), then recover(note): fail what a previous life of this
+                         replica left unfinished (its kernels died with it)
+    RunService.submit    admit(record, limit): store the new `queued` record, owned by this
+                         replica, unless its user already has `limit` runs unfinished
+                         anywhere; the store decides atomically
+    a run's task         update(record) when it starts running; finish(record, quota) once
+                         final (the owner's oldest finished records make room)
+    requests             get(run_id); request_cancel(run_id, note) for a run this replica
+                         does not run, then wait_final(run_id, timeout)
+    the lease loop       (shared stores only) renew(run_ids) every heartbeat: this
+                         replica's leases, and the cancel requests it may have missed;
+                         fail_expired(note) fails the runs of replicas whose lease ran out
+    the expiry loop      expire(ttl)
+    /v1/health           ping()
+    Gateway.stop         close()
+
+Uploads are kept where `upload_shelf()` says: files under the data dir beside SQLite, a
+table of the PostgreSQL store (visible from every replica).
+
+`on_cancel` (set by the run service before `open`) is called with (run_id, note) when
+another replica asks this one to cancel a run it owns. Times that decide anything between
+replicas (leases, record ages) are the database's clock, never a replica's.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from gateway.models.record import RunRecord
+from gateway.settings import Settings
+from gateway.uploads.shelf import UploadShelf
+
+UNFINISHED = ("queued", "running")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordQuota:
+    """What one user may keep: at most `records` records of at most `bytes` in all."""
+
+    records: int
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Renewal:
+    """What a heartbeat learned: cancel requests for runs of this replica (run id -> note),
+    and runs this replica no longer owns (another replica failed them: the lease ran out)."""
+
+    cancels: dict[str, str] = dataclasses.field(default_factory=dict)
+    lost: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """The outcome of storing a final record: how many of the owner's oldest records made
+    room, and whether it was kept (False: the run had already been failed elsewhere, after
+    this replica's lease on it ran out, and that record stands)."""
+
+    evicted: int = 0
+    kept: bool = True
+
+
+CancelHandler = Callable[[str, str], None]
+
+
+class RecordStore(abc.ABC):
+    """Where everything that outlives a request is kept; see the module docstring."""
+
+    kind: str  # "sqlite" or "postgresql", as /v1/health reports it
+    shared: bool  # may other replicas use it (then leases and remote cancels matter)
+
+    def __init__(self, replica: str) -> None:
+        self.replica = replica  # this gateway's instance id: it owns the runs it executes
+        self.on_cancel: CancelHandler | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and bring the schema to this gateway's version (migrations)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Disconnect; safe to call on a store that opened only partly."""
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Return if the store answers now; raise `StoreUnavailable` if not."""
+
+    def describe(self) -> dict[str, Any]:
+        """What /v1/health shows of the store (never a password)."""
+        return {"kind": self.kind}
+
+    @abc.abstractmethod
+    def upload_shelf(self, settings: Settings) -> UploadShelf:
+        """Where uploaded archives are kept: beside this store, so that every gateway that
+        shares the store sees them (DESIGN.md decision 9)."""
+
+    # --- run records --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def admit(self, record: RunRecord, limit: int) -> int | None:
+        """Store a new unfinished record owned by this replica, unless its user already has
+        `limit` unfinished runs (on any replica): then store nothing and return how many."""
+
+    @abc.abstractmethod
+    async def update(self, record: RunRecord) -> bool:
+        """Store the progress of an unfinished run this replica owns (False: not ours)."""
+
+    @abc.abstractmethod
+    async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
+        """Store a run's final record; with a quota, delete the owner's oldest finished
+        records while they keep more than it allows."""
+
+    @abc.abstractmethod
+    async def get(self, run_id: str) -> RunRecord | None: ...
+
+    @abc.abstractmethod
+    async def expire(self, ttl: float) -> int:
+        """Delete finished records older than `ttl` seconds; how many."""
+
+    # --- replicas -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def recover(self, note: str) -> int:
+        """At start: fail the runs this replica left unfinished when it last stopped (its
+        kernels are gone), each with `note`; how many."""
+
+    async def renew(self, run_ids: Collection[str]) -> Renewal:
+        """Extend this replica's leases on `run_ids`; report cancel requests and lost runs.
+        A store of one gateway has no leases."""
+        return Renewal()
+
+    async def fail_expired(self, note: str) -> int:
+        """Fail every unfinished run whose lease ran out (its replica died), at most once
+        whichever replicas ask; `note` may name the replica as `{replica}`. How many."""
+        return 0
+
+    async def request_cancel(self, run_id: str, note: str) -> bool:
+        """Ask the replica that owns an unfinished run to cancel it (False: it is final or
+        missing). A store of one gateway has no other replica to ask."""
+        record = await self.get(run_id)
+        return record is not None and record.status in UNFINISHED
+
+    async def wait_final(self, run_id: str, timeout: float) -> RunRecord | None:
+        """The run's record once it is final, or as it is after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            record = await self.get(run_id)
+            if record is None or record.status not in UNFINISHED:
+                return record
+            if time.monotonic() >= deadline:
+                return record
+            await asyncio.sleep(0.1)

@@ -1,0 +1,334 @@
+"""`PostgresStore`: the store of a fleet of gateway replicas on one PostgreSQL database
+(`--store postgresql://...`), through psycopg 3's async connections and its pool.
+
+- Every replica answers for every run: the record is in `runs`, whichever replica wrote it.
+- The replica that admitted a run runs it (`replica`) and holds a lease on it
+  (`lease_until`, the database's clock), renewed by its heartbeat; a replica that finds a
+  lease run out fails the run with a note (`fail_expired`), so that nothing stays
+  "running" after its replica died. Rows are claimed `FOR UPDATE SKIP LOCKED`: each is
+  failed once, however many replicas look.
+- A cancel asked of another replica sets `cancel_note` and sends `NOTIFY gateway_cancel`;
+  the owner LISTENs on a connection of its own and cancels the run at once. A notification
+  missed while that connection was down is found by the next heartbeat (`renew` returns
+  the rows whose `cancel_note` is set).
+- The per-user limits are decided in the database: admission counts the user's unfinished
+  runs and inserts under a transaction-scoped advisory lock per user, so two replicas
+  admitting at once cannot both take the last place.
+- The schema is versioned (`migrate.py`), applied when the store opens.
+
+Errors of the driver (the server is down, restarting, unreachable; the pool has no
+connection in time) become `StoreUnavailable` (503), never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Collection
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import conninfo
+
+from gateway.errors import StoreUnavailable
+from gateway.models.record import RunRecord
+from gateway.settings import Settings
+from gateway.store.base import Finished, RecordQuota, RecordStore, Renewal
+from gateway.store.migrate import migrate
+from gateway.uploads.shelf import UploadShelf
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "gateway_cancel"
+RUNS_LOCK = 1  # first key of the per-user advisory lock on runs (second: hashtext(user))
+UPLOADS_LOCK = 2  # ... and on uploads
+
+Conn = psycopg.AsyncConnection[Any]
+
+
+def redact(dsn: str) -> dict[str, str]:
+    """What may be shown of a DSN: host, port, database, user; never the password."""
+    parts = conninfo.conninfo_to_dict(dsn)
+    return {k: str(parts[k]) for k in ("host", "port", "dbname", "user") if parts.get(k)}
+
+
+class PostgresStore(RecordStore):
+    kind = "postgresql"
+    shared = True
+
+    def __init__(
+        self,
+        dsn: str,
+        replica: str,
+        lease: float = 30.0,
+        pool_size: int = 10,
+        open_timeout: float = 30.0,
+        wait_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(replica)
+        self.dsn = dsn
+        self.lease = lease
+        self.open_timeout = open_timeout
+        self.pool = psycopg_pool.AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            timeout=wait_timeout,  # for a connection of the pool; then StoreUnavailable
+            check=psycopg_pool.AsyncConnectionPool.check_connection,
+            name=f"store-{replica}",
+        )
+        self._listener: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        try:
+            await self.pool.open(wait=True, timeout=self.open_timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            raise RuntimeError(
+                f"the store PostgreSQL {redact(self.dsn)} cannot be reached: {exc}"
+            ) from None
+        async with self.pool.connection() as conn:
+            applied = await migrate(conn)
+        if applied:
+            log.info("store: schema migrated to version %d", applied[-1])
+        self._listener = asyncio.create_task(self._listen())
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        await self.pool.close()
+
+    def upload_shelf(self, settings: Settings) -> UploadShelf:
+        from gateway.store.postgres_uploads import PostgresShelf
+
+        return PostgresShelf(self, settings.upload_ttl)
+
+    async def ping(self) -> None:
+        async with self.connection(timeout=3.0) as conn:
+            await conn.execute("SELECT 1")
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, **redact(self.dsn), "replica": self.replica}
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[Conn]:
+        """A connection of the pool, in a transaction committed at the end of the block;
+        the driver's failures become StoreUnavailable."""
+        try:
+            async with self.pool.connection(timeout=timeout) as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            log.warning("store: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
+            raise StoreUnavailable(
+                "The run store cannot be reached now; try again shortly.", retry_after=5
+            ) from exc
+
+    # --- run records --------------------------------------------------------------------
+
+    async def admit(self, record: RunRecord, limit: int) -> int | None:
+        payload = _dump(record)
+        async with self.connection() as conn:
+            await lock_user(conn, RUNS_LOCK, record.user)
+            cursor = await conn.execute(
+                "SELECT count(*) FROM runs WHERE owner = %s AND status IN ('queued', 'running')",
+                (record.user,),
+            )
+            mine = int((await _one(cursor))[0])
+            if mine >= limit:
+                return mine
+            await conn.execute(
+                "INSERT INTO runs (id, owner, status, record, size, replica, lease_until) "
+                "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
+                (
+                    record.id,
+                    record.user,
+                    record.status,
+                    payload,
+                    len(payload),
+                    self.replica,
+                    self.lease,
+                ),
+            )
+        return None
+
+    async def update(self, record: RunRecord) -> bool:
+        payload = _dump(record)
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE runs SET status = %s, record = %s, size = %s "
+                "WHERE id = %s AND replica = %s AND status IN ('queued', 'running')",
+                (record.status, payload, len(payload), record.id, self.replica),
+            )
+            return cursor.rowcount > 0
+
+    async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
+        payload = _dump(record)
+        async with self.connection() as conn:
+            await lock_user(conn, RUNS_LOCK, record.user)
+            cursor = await conn.execute(
+                "UPDATE runs SET status = %s, record = %s, size = %s, lease_until = NULL "
+                "WHERE id = %s AND replica = %s AND status IN ('queued', 'running')",
+                (record.status, payload, len(payload), record.id, self.replica),
+            )
+            if cursor.rowcount == 0:
+                return Finished(kept=False)
+            evicted = 0 if quota is None else await _enforce(conn, record.user, record.id, quota)
+        return Finished(evicted=evicted)
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        async with self.connection() as conn:
+            cursor = await conn.execute("SELECT record FROM runs WHERE id = %s", (run_id,))
+            row = await cursor.fetchone()
+        return None if row is None else RunRecord.from_storage(json.loads(row[0]))
+
+    async def expire(self, ttl: float) -> int:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM runs WHERE created < now() - make_interval(secs => %s) "
+                "AND NOT status IN ('queued', 'running')",
+                (ttl,),
+            )
+            return cursor.rowcount
+
+    # --- replicas -----------------------------------------------------------------------
+
+    async def recover(self, note: str) -> int:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT id, replica, record FROM runs "
+                "WHERE replica = %s AND status IN ('queued', 'running') FOR UPDATE SKIP LOCKED",
+                (self.replica,),
+            )
+            return await _fail_rows(conn, await cursor.fetchall(), note)
+
+    async def fail_expired(self, note: str) -> int:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT id, replica, record FROM runs "
+                "WHERE lease_until < now() AND status IN ('queued', 'running') "
+                "FOR UPDATE SKIP LOCKED"
+            )
+            return await _fail_rows(conn, await cursor.fetchall(), note)
+
+    async def renew(self, run_ids: Collection[str]) -> Renewal:
+        ids = list(run_ids)
+        if not ids:
+            return Renewal()
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
+                "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
+                "RETURNING id, cancel_note",
+                (self.lease, ids, self.replica),
+            )
+            rows = await cursor.fetchall()
+        held = {str(row[0]) for row in rows}
+        cancels = {str(row[0]): str(row[1]) for row in rows if row[1] is not None}
+        return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
+
+    async def request_cancel(self, run_id: str, note: str) -> bool:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE runs SET cancel_note = COALESCE(cancel_note, %s) "
+                "WHERE id = %s AND status IN ('queued', 'running') RETURNING replica, cancel_note",
+                (note, run_id),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                return False
+            message = json.dumps({"replica": row[0], "run": run_id, "note": row[1]})
+            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, message))  # on commit
+        return True
+
+    async def _listen(self) -> None:
+        """Hear cancel requests for this replica's runs, on a connection of its own; after a
+        lost connection, connect again (the heartbeat covers the gap)."""
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                async with conn:
+                    await conn.execute("LISTEN gateway_cancel")
+                    self.listening.set()
+                    async for notify in conn.notifies():
+                        self._heard(notify.payload)
+            except (psycopg.Error, OSError) as exc:
+                log.warning("store: the cancel listener lost its connection: %s", exc)
+            except Exception:  # never end: cancels would then wait for the heartbeat
+                log.exception("store: the cancel listener failed")
+            self.listening.clear()
+            await asyncio.sleep(1.0)
+
+    def _heard(self, payload: str) -> None:
+        try:
+            message = json.loads(payload)
+            replica, run_id, note = str(message["replica"]), str(message["run"]), message["note"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("store: a cancel notification that is not ours: %.200r", payload)
+            return
+        if replica == self.replica and self.on_cancel is not None:
+            self.on_cancel(run_id, str(note or "The run was cancelled."))
+
+
+async def lock_user(conn: Conn, kind: int, user: str) -> None:
+    """Serialise what decides a user's limits, fleet-wide, until the transaction ends."""
+    await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, user))
+
+
+async def _one(cursor: psycopg.AsyncCursor[Any]) -> Any:
+    row = await cursor.fetchone()
+    assert row is not None
+    return row
+
+
+async def _enforce(conn: Conn, user: str, keep: str, quota: RecordQuota) -> int:
+    """Delete `user`'s oldest finished records (never `keep`) until within `quota`."""
+    cursor = await conn.execute(
+        "SELECT count(*), COALESCE(sum(size), 0) FROM runs WHERE owner = %s", (user,)
+    )
+    count, total = (int(v) for v in await _one(cursor))
+    if count <= quota.records and total <= quota.bytes:
+        return 0
+    cursor = await conn.execute(
+        "SELECT id, size FROM runs WHERE owner = %s AND id != %s "
+        "AND NOT status IN ('queued', 'running') ORDER BY created, id",
+        (user, keep),
+    )
+    doomed: list[str] = []
+    async for run_id, size in cursor:
+        if count <= quota.records and total <= quota.bytes:
+            break
+        doomed.append(str(run_id))
+        count -= 1
+        total -= int(size)
+    if doomed:
+        await conn.execute("DELETE FROM runs WHERE id = ANY(%s)", (doomed,))
+    return len(doomed)
+
+
+async def _fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
+    """Mark the claimed unfinished runs failed, each with `note` (naming its replica)."""
+    for run_id, replica, payload in rows:
+        record = RunRecord.from_storage(json.loads(payload))
+        record.status = "failed"
+        record.exit_code = None
+        record.notes.append(note.format(replica=replica))
+        stored = _dump(record)
+        await conn.execute(
+            "UPDATE runs SET status = 'failed', record = %s, size = %s, lease_until = NULL "
+            "WHERE id = %s",
+            (stored, len(stored), run_id),
+        )
+    return len(rows)
+
+
+def _dump(record: RunRecord) -> str:
+    return json.dumps(record.to_storage(), separators=(",", ":"))
