@@ -314,6 +314,8 @@ def test_a_sandboxs_socket_and_working_folders_are_its_own_tmpfs_and_go_with_it(
         by_run = {"label": f"gateway.run={run_id}"}
         assert wait_for(lambda: engine.containers.list(filters=by_run), timeout=60)
         (container,) = engine.containers.list(filters=by_run)
+        # no libnetwork sandbox nor its hook for a run without network (docker.py)
+        assert container.attrs["Config"].get("NetworkDisabled") is True
         mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
         assert {m["Type"] for m in mounts.values()} == {"bind"}, mounts
         sockets, work = Path(mounts["/run/kernel"]["Source"]), Path(mounts["/workspace"]["Source"])
@@ -333,3 +335,26 @@ def test_a_sandboxs_socket_and_working_folders_are_its_own_tmpfs_and_go_with_it(
         assert census.sandbox_mounts() == []
     finally:
         server.stop()
+
+
+def test_a_run_without_network_still_has_loopback_localhost_and_a_hostname(dclient: Client) -> None:
+    """Networking disabled in the engine (no libnetwork sandbox) looks like `none` from inside."""
+    code = (
+        "import errno, os, socket\n"
+        "server = socket.socket(); server.bind(('localhost', 0)); server.listen()\n"
+        "socket.create_connection(server.getsockname(), timeout=5).close()\n"
+        "try:\n"
+        "    open('/etc/hosts', 'a')\n"
+        "    hosts = 'writable'\n"
+        "except OSError as exc:\n"
+        "    hosts = errno.errorcode[exc.errno]\n"
+        "result = {'localhost': socket.gethostbyname('localhost'),\n"
+        "          'interfaces': sorted(n for _, n in socket.if_nameindex()),\n"
+        "          'hostname': open('/etc/hostname').read().strip() == socket.gethostname(),\n"
+        "          'hosts': hosts}\n"
+    )
+    record = dclient.run(code=code)
+    assert record["status"] == "succeeded", record
+    result = record["result"]
+    assert result["localhost"] == "127.0.0.1" and result["interfaces"] == ["lo"], result
+    assert result["hostname"] is True and result["hosts"] in ("EROFS", "EACCES"), result

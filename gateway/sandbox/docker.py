@@ -14,6 +14,15 @@ writes to the engine's volume database), and the container is made with one `cre
 Only that container mounts them; `remove_tree` unmounts them when the sandbox is destroyed,
 or after a crash when the gateway starts again.
 
+A run without network gets a container with networking disabled in the engine
+(`network_disabled`): runc gives it a fresh network namespace with only `lo`, up, as
+`network_mode: none` does, but dockerd sets up no libnetwork sandbox for it and runc runs no
+`libnetwork-setkey` hook (a re-exec of the dockerd binary) per container: about a third of
+a container's set-up CPU. What the engine would have written for it, `/etc/hosts` (the same
+lines as for `none`) and `/etc/hostname` (a random name, also the UTS hostname), comes from
+read-only files of the sandbox folder; there is no `/etc/resolv.conf` (nothing to resolve
+with, and the host's nameserver is not the tenant's business).
+
 Nothing runs inside the container but the kernel. Files go in and come out on the
 gateway's side, through descriptors: staged files are written into the working folder as
 the host mounts it, right after the container starts and before the kernel can run any
@@ -37,6 +46,7 @@ import contextlib
 import functools
 import logging
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -88,6 +98,15 @@ LABEL_INSTANCE = "gateway.instance"
 LABEL_RUN = "gateway.run"
 KERNEL_LOG = "kernel.log"
 LOG_TAIL_BYTES = 4096
+# Docker's own /etc/hosts for a container with `network_mode: none`
+ETC_HOSTS = (
+    "127.0.0.1\tlocalhost\n"
+    "::1\tlocalhost ip6-localhost ip6-loopback\n"
+    "fe00::0\tip6-localnet\n"
+    "ff00::0\tip6-mcastprefix\n"
+    "ff02::1\tip6-allnodes\n"
+    "ff02::2\tip6-allrouters\n"
+)
 REMOVAL_WAIT = 30.0  # seconds another removal of the same container may take
 KILL_WORKERS = 4
 EXIT_WAIT = 10.0  # after a kill: how long to wait for the engine's `die` event
@@ -317,6 +336,13 @@ class DockerSandbox(Sandbox):
                 CONNECTION_FILE, str(self.host_dir / "connection.json"), type="bind", read_only=True
             )
         )
+        hostname = None
+        if not self.spec.network:
+            hostname = secrets.token_hex(6)
+            mounts += [
+                self._etc_file("hosts", ETC_HOSTS),
+                self._etc_file("hostname", hostname + "\n"),
+            ]
         env = kernel_env("/tmp", {}, IMAGE_PATH)
         env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
         env.update(self.spec.env)
@@ -328,11 +354,13 @@ class DockerSandbox(Sandbox):
             settings.docker_image,
             command=logged,
             name=self.name,
+            hostname=hostname,
             user=f"{settings.sandbox_uid}:{settings.sandbox_gid}",
             working_dir=WORKDIR,
             environment=env,
             labels=self.labels,
             network_mode=(settings.docker_network or "none") if self.spec.network else "none",
+            network_disabled=not self.spec.network,
             read_only=True,
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777,nosuid,nodev"},
             mounts=mounts,
@@ -347,6 +375,12 @@ class DockerSandbox(Sandbox):
             log_config=LogConfig(type=LogConfig.types.NONE),
             detach=True,
         )
+
+    def _etc_file(self, name: str, text: str) -> Mount:
+        path = self.host_dir / f"etc-{name}"
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o444)
+        return Mount(f"/etc/{name}", str(path), type="bind", read_only=True)
 
     # --- files --------------------------------------------------------------------------
 
