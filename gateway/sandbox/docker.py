@@ -312,7 +312,13 @@ class DockerSandbox(Sandbox):
 
     def _tmpfs(self, target: Path, options: str, *, noexec: bool = False) -> None:
         target.mkdir(mode=0o700)
-        mount_tmpfs(target, options, noexec=noexec)
+        try:
+            mount_tmpfs(target, options, noexec=noexec)
+        except OSError as exc:  # not root, or no tmpfs: the run fails, the gateway does not
+            raise SandboxError(
+                f"The kernel's sandbox could not mount its {target.name} folder: {exc.strerror} "
+                "(the Docker backend needs root)."
+            ) from exc
 
     def create_blocking(self) -> None:
         limits, settings = self.spec.limits, self.settings
