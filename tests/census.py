@@ -200,6 +200,22 @@ def sandbox_folders() -> list[str]:
     return sorted(f for f in found if f not in pooled)
 
 
+def sandbox_mounts() -> list[str]:
+    """Mounts (the Docker sandboxes' socket and working folder tmpfs) in our sandbox folders."""
+    tmp = os.fsencode(Path(tempfile.gettempdir()))
+    prefixes = tuple(tmp + b"/" + prefix.encode() for prefix in _prefixes())
+    if not prefixes:
+        return []
+    pooled = tuple(os.fsencode(f) + b"/" for f in _pooled()["folders"])
+    with open("/proc/self/mountinfo", "rb") as info:
+        points = [line.split()[4] for line in info]
+    return sorted(
+        f"mount {os.fsdecode(p)}"
+        for p in points
+        if p.startswith(prefixes) and not p.startswith(pooled)
+    )
+
+
 def sandbox_cgroups() -> list[str]:
     root = Path("/sys/fs/cgroup")
     names = [f"gateway-{p}" for p in _prefixes()]
@@ -265,7 +281,7 @@ def docker_leftovers() -> list[str]:
 def census() -> list[str]:
     """Everything a sandbox left behind; empty when clean. Raises CensusError if it cannot tell."""
     found = [f"process {p}" for p in stray_processes()]
-    return found + sandbox_folders() + sandbox_cgroups() + docker_leftovers()
+    return found + sandbox_folders() + sandbox_mounts() + sandbox_cgroups() + docker_leftovers()
 
 
 def after_teardown(timeout: float = 30) -> list[str]:
@@ -279,7 +295,7 @@ def after_teardown(timeout: float = 30) -> list[str]:
 
 def sandboxes_exist() -> bool:
     """Whether some sandbox of ours is there now (a folder, a cgroup or a container)."""
-    return bool(sandbox_folders() or sandbox_cgroups() or docker_leftovers())
+    return bool(sandbox_folders() or sandbox_mounts() or sandbox_cgroups() or docker_leftovers())
 
 
 def clean_up() -> None:
@@ -291,7 +307,11 @@ def clean_up() -> None:
     for pid in stray_pids():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    from gateway.sandbox.mounts import remove_tree
+
     for folder in sandbox_folders():
+        with contextlib.suppress(OSError):
+            remove_tree(Path(folder))  # unmounts a sandbox's tmpfs first
         shutil.rmtree(folder, ignore_errors=True)
     if DOCKER_INSTANCES:
         with contextlib.suppress(Exception):

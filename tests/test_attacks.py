@@ -8,6 +8,7 @@ import json
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -284,3 +285,76 @@ def test_two_gateways_on_one_engine_leave_each_other_alone(docker: GatewayThread
     finally:
         other.stop()
         docker.client().request("DELETE", f"/v1/runs/{run_id}")
+
+
+def _host_mount(path: Path) -> tuple[str, set[str]]:
+    """(fstype, mount options) of the host mount at `path`."""
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            fields = line.split()
+            if fields[4] == str(path):
+                dash = fields.index("-")
+                return fields[dash + 1], set(fields[5].split(","))
+    raise AssertionError(f"nothing is mounted at {path}")
+
+
+def test_a_sandboxs_socket_and_working_folders_are_its_own_tmpfs_and_go_with_it() -> None:
+    """No Docker volume per run: the socket folder and the working folder are tmpfs mounts
+    in the sandbox's root-only folder, bind-mounted into its container alone, and removed
+    with it."""
+    server = start_gateway("docker", pool_python=0, pool_bash=0, pool_deno=0)
+    try:
+        client = server.client()
+        instance = server.settings.instance_id
+        body = {"code": "import time; time.sleep(600)", "background": True}
+        run_id = client.request("POST", "/v1/runs", body).json()["id"]
+        running = lambda: client.request("GET", f"/v1/runs/{run_id}").json()["status"] == "running"  # noqa: E731
+        assert wait_for(running, timeout=60)  # its kernel is ready
+        engine = census._docker_client()
+        by_run = {"label": f"gateway.run={run_id}"}
+        assert wait_for(lambda: engine.containers.list(filters=by_run), timeout=60)
+        (container,) = engine.containers.list(filters=by_run)
+        # no libnetwork sandbox nor its hook for a run without network (docker.py)
+        assert container.attrs["Config"].get("NetworkDisabled") is True
+        mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
+        assert {m["Type"] for m in mounts.values()} == {"bind"}, mounts
+        sockets, work = Path(mounts["/run/kernel"]["Source"]), Path(mounts["/workspace"]["Source"])
+        folder = sockets.parent
+        assert work.parent == folder and folder.name.startswith(f"gw{instance[:6]}-")
+        info = folder.stat()
+        assert (info.st_uid, info.st_mode & 0o777) == (0, 0o700)  # no other user gets in
+        assert _host_mount(sockets)[0] == _host_mount(work)[0] == "tmpfs"
+        assert {"nosuid", "nodev", "noexec"} <= _host_mount(sockets)[1]
+        assert {"nosuid", "nodev"} <= _host_mount(work)[1]
+        # once the kernel has bound its sockets, the folder is no longer its own (sockets.py)
+        assert wait_for(lambda: sockets.stat().st_uid == 0, timeout=60)
+        assert (sockets.stat().st_uid, sockets.stat().st_mode & 0o777) == (0, 0o755)
+        assert engine.volumes.list(filters={"label": f"gateway.instance={instance}"}) == []
+        assert client.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+        assert wait_for(lambda: not folder.exists(), timeout=60)
+        assert census.sandbox_mounts() == []
+    finally:
+        server.stop()
+
+
+def test_a_run_without_network_still_has_loopback_localhost_and_a_hostname(dclient: Client) -> None:
+    """Networking disabled in the engine (no libnetwork sandbox) looks like `none` from inside."""
+    code = (
+        "import errno, os, socket\n"
+        "server = socket.socket(); server.bind(('localhost', 0)); server.listen()\n"
+        "socket.create_connection(server.getsockname(), timeout=5).close()\n"
+        "try:\n"
+        "    open('/etc/hosts', 'a')\n"
+        "    hosts = 'writable'\n"
+        "except OSError as exc:\n"
+        "    hosts = errno.errorcode[exc.errno]\n"
+        "result = {'localhost': socket.gethostbyname('localhost'),\n"
+        "          'interfaces': sorted(n for _, n in socket.if_nameindex()),\n"
+        "          'hostname': open('/etc/hostname').read().strip() == socket.gethostname(),\n"
+        "          'hosts': hosts}\n"
+    )
+    record = dclient.run(code=code)
+    assert record["status"] == "succeeded", record
+    result = record["result"]
+    assert result["localhost"] == "127.0.0.1" and result["interfaces"] == ["lo"], result
+    assert result["hostname"] is True and result["hosts"] in ("EROFS", "EACCES"), result

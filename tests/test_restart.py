@@ -41,6 +41,7 @@ def test_sigkill_mid_run_then_restart(process: GatewayProcess, backend_name: str
     process.signal(signal.SIGKILL)
     if backend_name == "docker":  # nothing killed the container: only the restart can
         assert any(item.startswith("container") for item in census.census())
+        assert census.sandbox_mounts()  # nor unmounted its socket and working folders
     process.start()
     assert wait_for(lambda: census.census() == [], timeout=30), census.census()
     assert client.request("GET", f"/v1/runs/{done['id']}").json()["result"] == 42

@@ -1,11 +1,27 @@
 """`DockerSandbox`: one container per kernel (production).
 
-Each container: no network (`network_mode: none`), ZMQ over ipc sockets on a tiny tmpfs
-volume, read-only root, a size-limited tmpfs working folder and /tmp, the dedicated
+Each container: no network (`network_mode: none`), ZMQ over ipc sockets on a tiny tmpfs,
+read-only root, a size-limited tmpfs working folder and /tmp, the dedicated
 sandbox uid/gid (`sandbox_uid`, outside the host's account range), all capabilities
 dropped, no-new-privileges, an init, memory (swap off), CPU and pids limits, and no
 container log on the host (`log_config: none`: a kernel writing to its own stdout cannot
 fill the host's disk).
+
+The socket folder and the working folder are tmpfs mounts the gateway makes itself in the
+sandbox's root-only folder on the host (`mounts.mount_tmpfs`), bind-mounted into the
+container: no Docker volume is created or removed per run (each cost engine round trips and
+writes to the engine's volume database), and the container is made with one `create` call.
+Only that container mounts them; `remove_tree` unmounts them when the sandbox is destroyed,
+or after a crash when the gateway starts again.
+
+A run without network gets a container with networking disabled in the engine
+(`network_disabled`): runc gives it a fresh network namespace with only `lo`, up, as
+`network_mode: none` does, but dockerd sets up no libnetwork sandbox for it and runc runs no
+`libnetwork-setkey` hook (a re-exec of the dockerd binary) per container: about a third of
+a container's set-up CPU. What the engine would have written for it, `/etc/hosts` (the same
+lines as for `none`) and `/etc/hostname` (a random name, also the UTS hostname), comes from
+read-only files of the sandbox folder; there is no `/etc/resolv.conf` (nothing to resolve
+with, and the host's nameserver is not the tenant's business).
 
 Nothing runs inside the container but the kernel. Files go in and come out on the
 gateway's side, through descriptors: staged files are written into the working folder as
@@ -30,6 +46,7 @@ import contextlib
 import functools
 import logging
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -62,7 +79,7 @@ from gateway.sandbox.kernelspec import (
     new_key,
     write_connection_file,
 )
-from gateway.sandbox.mounts import bind_fd, remove_tree
+from gateway.sandbox.mounts import bind_fd, mount_tmpfs, remove_tree
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
@@ -81,6 +98,15 @@ LABEL_INSTANCE = "gateway.instance"
 LABEL_RUN = "gateway.run"
 KERNEL_LOG = "kernel.log"
 LOG_TAIL_BYTES = 4096
+# Docker's own /etc/hosts for a container with `network_mode: none`
+ETC_HOSTS = (
+    "127.0.0.1\tlocalhost\n"
+    "::1\tlocalhost ip6-localhost ip6-loopback\n"
+    "fe00::0\tip6-localnet\n"
+    "ff00::0\tip6-mcastprefix\n"
+    "ff02::1\tip6-allnodes\n"
+    "ff02::2\tip6-allrouters\n"
+)
 REMOVAL_WAIT = 30.0  # seconds another removal of the same container may take
 KILL_WORKERS = 4
 EXIT_WAIT = 10.0  # after a kill: how long to wait for the engine's `die` event
@@ -107,7 +133,7 @@ def probe_docker(image: str) -> tuple[bool, str]:
 def remove_container(container: Any) -> None:
     """Remove a container, killing it first. Two removals may race (a run's teardown and the
     gateway's shutdown): the engine answers the second with 409 "already in progress", and
-    then this waits until the container is gone, so that its volumes can go too."""
+    then this waits until the container is gone, so that its folders can go too."""
     try:
         container.remove(force=True)
         return
@@ -227,7 +253,8 @@ class DockerBackend(SandboxBackend):
             )
 
     def _remove_ours(self) -> int:
-        """Remove every container and volume of this instance (none is live when called)."""
+        """Remove every container, volume (older versions made some) and folder of this instance
+        (none is live when called)."""
         label = f"{LABEL_INSTANCE}={self.instance_id}"
         count = 0
         for container in self.client.containers.list(all=True, filters={"label": label}):
@@ -269,7 +296,8 @@ class DockerSandbox(Sandbox):
         self.host_dir = Path(tempfile.mkdtemp(prefix=backend.prefix))  # root-only (0700)
         self.name = f"gw-{backend.instance_id[:8]}-{spec.run_id[-12:]}"
         self.container: Any = None
-        self.volumes: list[Any] = []
+        self.socket_dir = self.host_dir / "sock"
+        self.work_dir: Path | None = None  # the working folder's tmpfs, without a workspace
         self.key = new_key()
         self.workspace_fd: int | None = None
         self.workspace_mount: Path | None = None
@@ -279,34 +307,34 @@ class DockerSandbox(Sandbox):
         self._staged: tuple[StagedFile, ...] = ()
         self._frozen = False
         self._started = False
-        self._socket_dir: str | None = None
 
     # --- creation (blocking, on the backend's pool) -------------------------------------
 
-    def _volume(self, suffix: str, options: str) -> Any:
-        volume = self.backend.client.volumes.create(
-            name=f"{self.name}-{suffix}",
-            driver="local",
-            driver_opts={"type": "tmpfs", "device": "tmpfs", "o": options},
-            labels=self.labels,
-        )
-        self.volumes.append(volume)
-        return volume
+    def _tmpfs(self, target: Path, options: str, *, noexec: bool = False) -> None:
+        target.mkdir(mode=0o700)
+        try:
+            mount_tmpfs(target, options, noexec=noexec)
+        except OSError as exc:  # not root, or no tmpfs: the run fails, the gateway does not
+            raise SandboxError(
+                f"The kernel's sandbox could not mount its {target.name} folder: {exc.strerror} "
+                "(the Docker backend needs root)."
+            ) from exc
 
     def create_blocking(self) -> None:
         limits, settings = self.spec.limits, self.settings
         ids = f"uid={settings.sandbox_uid},gid={settings.sandbox_gid}"
-        sockets = self._volume("sock", f"size=1m,nr_inodes=64,{ids},mode=0700")
-        mounts = [Mount(SOCKET_DIR, sockets.name, type="volume")]
+        # the kernel's until it has bound its sockets, then root's (sockets.py)
+        self._tmpfs(self.socket_dir, f"size=1m,nr_inodes=64,{ids},mode=0700", noexec=True)
+        mounts = [Mount(SOCKET_DIR, str(self.socket_dir), type="bind")]
         if self.workspace_fd is not None:
             self.workspace_mount = self.host_dir / "workspace"
             self.workspace_mount.mkdir(mode=0o700)
             bind_fd(self.workspace_fd, self.workspace_mount)
             mounts.append(Mount(WORKDIR, str(self.workspace_mount), type="bind"))
         else:
-            options = f"size={limits.workdir_bytes},{ids},mode=0755,nosuid,nodev"
-            work = self._volume("work", options)
-            mounts.append(Mount(WORKDIR, work.name, type="volume"))
+            self.work_dir = self.host_dir / "work"
+            self._tmpfs(self.work_dir, f"size={limits.workdir_bytes},{ids},mode=0755")
+            mounts.append(Mount(WORKDIR, str(self.work_dir), type="bind"))
         info = connection_info(f"{SOCKET_DIR}/s", self.key)
         write_connection_file(self.host_dir / "connection.json", info)
         mounts.append(
@@ -314,22 +342,31 @@ class DockerSandbox(Sandbox):
                 CONNECTION_FILE, str(self.host_dir / "connection.json"), type="bind", read_only=True
             )
         )
+        hostname = None
+        if not self.spec.network:
+            hostname = secrets.token_hex(6)
+            mounts += [
+                self._etc_file("hosts", ETC_HOSTS),
+                self._etc_file("hostname", hostname + "\n"),
+            ]
         env = kernel_env("/tmp", {}, IMAGE_PATH)
         env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
         env.update(self.spec.env)
         # The kernel's own stdout/stderr (not the user's: those go over ZMQ) land in a file
-        # on the 1 MiB socket volume: bounded, and readable when the kernel dies.
+        # on the 1 MiB socket tmpfs: bounded, and readable when the kernel dies.
         argv = kernel_argv(self.spec.language, "python", CONNECTION_FILE)
         logged = ["/bin/sh", "-c", f'exec "$@" >>{SOCKET_DIR}/{KERNEL_LOG} 2>&1', "sh", *argv]
         self.container = self.backend.client.containers.create(
             settings.docker_image,
             command=logged,
             name=self.name,
+            hostname=hostname,
             user=f"{settings.sandbox_uid}:{settings.sandbox_gid}",
             working_dir=WORKDIR,
             environment=env,
             labels=self.labels,
             network_mode=(settings.docker_network or "none") if self.spec.network else "none",
+            network_disabled=not self.spec.network,
             read_only=True,
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777,nosuid,nodev"},
             mounts=mounts,
@@ -345,29 +382,27 @@ class DockerSandbox(Sandbox):
             detach=True,
         )
 
-    def _mountpoint(self, volume: Any) -> str:
-        point = (
-            volume.attrs.get("Mountpoint")
-            or self.backend.client.volumes.get(volume.name).attrs["Mountpoint"]
-        )
-        return str(point)
+    def _etc_file(self, name: str, text: str) -> Mount:
+        path = self.host_dir / f"etc-{name}"
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o444)
+        return Mount(f"/etc/{name}", str(path), type="bind", read_only=True)
 
     # --- files --------------------------------------------------------------------------
 
     async def stage_files(self, files: Sequence[StagedFile]) -> None:
-        # A tmpfs volume holds content only while a container has it mounted: before
-        # `start()` the files wait, then they are written as the host mounts the volume,
-        # before the kernel can run any code.
+        # Written now, through the host's side of the working folder: before `start()`, or
+        # (a pooled kernel) before the run's code is sent.
         self._staged = tuple(files)
-        if self._staged and self._started:
+        if self._staged:
             await asyncio.to_thread(self._stage_blocking)
 
     def _work_fd(self) -> int:
-        """The working folder, open: the workspace, or the work volume as the host mounts it."""
+        """The working folder, open: the workspace, or the working folder's tmpfs."""
         if self.workspace_fd is not None:
             return os.dup(self.workspace_fd)
-        point = self._mountpoint(self.volumes[1])
-        return os.open(point, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        assert self.work_dir is not None
+        return os.open(self.work_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
     def _stage_blocking(self) -> None:
         fd = self._work_fd()
@@ -409,15 +444,12 @@ class DockerSandbox(Sandbox):
             await self.backend.call(self.container.start)
             attrs = await self.backend.call(self._inspect)
             self._started = True
-            if self._staged:
-                await asyncio.to_thread(self._stage_blocking)
-            socket_dir = await self.backend.call(self._mountpoint, self.volumes[0])
         except docker.errors.APIError as exc:
             raise SandboxError(f"The kernel container could not start: {exc.explanation}") from exc
         pid = attrs["State"].get("Pid") or 0
         self._cgroup = Cgroup.of_process(pid) if pid else None
         assert self.exited is not None
-        self._socket_dir = socket_dir
+        socket_dir = str(self.socket_dir)
         try:
             await secure_sockets(
                 socket_dir,
@@ -431,11 +463,12 @@ class DockerSandbox(Sandbox):
         return connection_info(f"{socket_dir}/s", self.key)
 
     def _log_tail(self) -> str:
-        """The end of the kernel's own output (readable while the volume is mounted)."""
-        if self._socket_dir is None:
+        """The end of the kernel's own output (never through a link the kernel made)."""
+        if not self._started:
             return ""
         try:
-            with open(os.path.join(self._socket_dir, KERNEL_LOG), "rb") as log:
+            fd = os.open(self.socket_dir / KERNEL_LOG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with open(fd, "rb") as log:
                 log.seek(0, os.SEEK_END)
                 log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
                 return log.read().decode("utf-8", "replace").strip()
@@ -515,14 +548,13 @@ class DockerSandbox(Sandbox):
     def footprint(self) -> Footprint:
         return Footprint(
             containers=(self.name,) if self.container is not None else (),
-            volumes=tuple(volume.name for volume in self.volumes),
             folders=(str(self.host_dir),),
         )
 
     async def destroy(self) -> None:
         try:
-            if self.container is not None or self.volumes:
-                await self.backend.call_kill(self._destroy_blocking)
+            if self.container is not None:
+                await self.backend.call_kill(remove_container, self.container)
         finally:
             if self.container is not None and self.backend._watcher is not None:
                 self.backend._watcher.forget(self.container.id)
@@ -530,10 +562,3 @@ class DockerSandbox(Sandbox):
                 os.close(self.workspace_fd)
                 self.workspace_fd = None
             await asyncio.to_thread(remove_tree, self.host_dir)
-
-    def _destroy_blocking(self) -> None:
-        if self.container is not None:
-            remove_container(self.container)
-        for volume in self.volumes:
-            with contextlib.suppress(docker.errors.NotFound):
-                volume.remove(force=True)

@@ -1,5 +1,7 @@
 """Bind mounts the gateway makes itself (Linux, root), and removing folders that may hold one.
 
+A sandbox's small file systems (the kernel's socket folder, a Docker run's working folder)
+are tmpfs mounts of the gateway's own, each in the sandbox's root-only folder.
 A persistent workspace is handed to Docker as a bind mount of an already opened folder
 (`/proc/self/fd/N`: the kernel resolves that link to the opened folder itself, never to a
 path string a tenant could swap), placed in a root-only folder of the gateway's, with
@@ -19,6 +21,7 @@ from pathlib import Path
 
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
@@ -43,6 +46,14 @@ def bind_fd(fd: int, target: Path) -> None:
     except OSError:
         unmount(target)
         raise
+
+
+def mount_tmpfs(target: Path, options: str, *, noexec: bool = False) -> None:
+    """Mount a fresh tmpfs (`options`: size, nr_inodes, uid, gid, mode) on `target` (an empty
+    folder), nosuid and nodev, and noexec if asked."""
+    flags = MS_NOSUID | MS_NODEV | (MS_NOEXEC if noexec else 0)
+    where = os.fsencode(target)
+    _check(_libc.mount(b"tmpfs", where, b"tmpfs", flags, options.encode()), f"tmpfs {target}")
 
 
 def unmount(target: Path) -> None:

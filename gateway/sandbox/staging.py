@@ -1,7 +1,7 @@
 """Write staged files into a working folder without ever following a link or blocking.
 
 Both backends stage on the gateway's side, into the working folder opened as a
-descriptor (for Docker: the container's tmpfs volume as the host mounts it, or the
+descriptor (for Docker: the working folder's tmpfs, on the host, or the
 workspace). The folder may be a persistent workspace that earlier (or concurrent) runs
 of the same user control, so:
 

@@ -265,7 +265,16 @@ def _seed_font_cache() -> None:
                 shutil.copyfile(entry.path, destination)
 
 
+def unblock_debugpy() -> None:
+    """Lift the launcher's block on `debugpy` once ipykernel has decided it has none."""
+    import ipykernel.debugger  # noqa: F401  (imported while blocked, if not already)
+
+    if "debugpy" in sys.modules and sys.modules["debugpy"] is None:
+        del sys.modules["debugpy"]
+
+
 def load_ipython_extension(ipython: Any) -> None:
+    unblock_debugpy()
     # The kernel starts with `python -P`, so that nothing in the working folder runs while
     # it starts (our modules are imported by now); user code imports from it, as in Jupyter.
     if "" not in sys.path:
