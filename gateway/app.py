@@ -19,8 +19,9 @@ from gateway.handlers.tools import (
     RunPythonToolHandler,
 )
 from gateway.handlers.uploads import UploadsHandler
+from gateway.models.common import RUN_ID_PATTERN
 
-RUN_ID = r"(run_[0-9a-f]{1,64}|[A-Za-z0-9_-]{1,100})"
+RUN_ID = RUN_ID_PATTERN
 
 
 def routes(services: Services) -> list[Any]:

@@ -244,17 +244,6 @@ def parse_store_url(url: str) -> tuple[StoreKind, Path | None]:
     return "postgresql", None
 
 
-def redact_url(url: str) -> str:
-    """A URL as it may be shown: any password replaced by ***."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    userinfo, at, host = rest.rpartition("@")
-    if at and ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    return f"{scheme}{sep}{userinfo}{at}{host}" if at else url
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per setting; unset flags stay None so that lower sources show through."""
     parser.add_argument("--config", type=Path, default=None, help="config file (JSON or TOML)")
@@ -317,7 +306,6 @@ def _explain(exc: ValidationError) -> str:
     """The first problem, as `setting: what is wrong (got value)`."""
     error = exc.errors()[0]
     name = ".".join(str(part) for part in error["loc"]) or "settings"
-    shown = error.get("input")
-    if name == "store" and isinstance(shown, str):
-        shown = redact_url(shown)
-    return f"{name}: {error['msg']} (got {shown!r})"
+    if name == "store":  # a DSN can hold a password in more forms than one: never echoed
+        return f"store: {error['msg']}"
+    return f"{name}: {error['msg']} (got {error.get('input')!r})"

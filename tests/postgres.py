@@ -9,6 +9,7 @@ import glob
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -62,6 +63,23 @@ class Server:
 
     def resume(self) -> None:
         assert self._up() == self.dsn  # the same port
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The server's processes stopped (SIGSTOP) inside the block: connections are
+        accepted by the kernel and nothing answers, as behind a network that drops packets."""
+        root = int((self.state / "pid").read_text().strip())
+        children = subprocess.run(
+            ["pgrep", "-P", str(root)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        stopped = [root, *map(int, children)]
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
 
     def stop(self) -> None:
         subprocess.run([str(DOWN)], env=self.env, capture_output=True, timeout=120, check=False)

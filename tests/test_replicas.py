@@ -5,9 +5,12 @@ runs failed by the other once its lease runs out."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import os
 import signal
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +23,11 @@ from tests import census
 from tests.api import write_tokens
 from tests.postgres import Server
 from tests.support import Client, GatewayProcess, GatewayThread, wait_for
+from tests.ws_client import open_stream, receive
 
 LEASE = 2.0  # seconds: a dead replica's runs are failed a few seconds after it died
 SLEEP = {"code": "import time; time.sleep(600)", "background": True}
+BG = {"background": True}
 
 
 class Pair:
@@ -206,7 +211,9 @@ def test_the_store_restarted_under_load_loses_no_record(
             return record
 
         for run_id, i in runs.items():
-            assert wait_for(lambda r=run_id: final(pair.b.client, r) is not None, timeout=60)
+            # the owner has the final record first (it holds it until the store takes it)
+            for process in pair.processes:
+                assert wait_for(lambda r=run_id, c=process.client: final(c, r), timeout=60)
             record = final(pair.a.client, run_id)
             assert record is not None and (record["status"], record["result"]) == (
                 "succeeded",
@@ -241,3 +248,81 @@ def test_users_see_only_their_own_runs_on_every_replica(postgres_dsn: str, tmp_p
         assert ann_b.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
     finally:
         pair.stop()
+
+
+def test_a_store_outage_longer_than_the_lease_fails_no_live_run(
+    postgres_server: Server, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """After an outage every lease looks expired, the owner's own too. A run that ended
+    during the outage keeps its result (its owner holds it, renewing its lease, until the
+    store takes the record), and a run still going is not failed by the other replica: it
+    waits a whole lease of reaching the store before failing anyone's runs, time the owner
+    uses to renew. Before: the finished run's result was replaced by "failed ... result is
+    lost", and the live run was killed (an attacker's review, 1 time in 4)."""
+    pair = Pair(postgres_dsn, tmp_path, lease_seconds=3.0)
+    pair.start()
+    try:
+        short = submit(pair.a.client, {"code": "import time; time.sleep(2); result = 's'", **BG})
+        long = submit(pair.a.client, {"code": "import time; time.sleep(20); result = 'l'", **BG})
+        assert wait_for(lambda: status_of(pair.b.client, short) == "running", timeout=60)
+        postgres_server.pause()
+        try:
+            assert wait_for(lambda: "cannot take its record yet" in pair.a.log(), timeout=30)
+            wait_for(lambda: False, timeout=8)  # an outage of a few leases (a failover)
+        finally:
+            postgres_server.resume()
+
+        def final(run_id: str) -> dict[str, Any] | None:
+            answer = pair.b.client.request("GET", f"/v1/runs/{run_id}")
+            if answer.status != 200 or answer.json()["status"] in ("queued", "running"):
+                return None
+            record: dict[str, Any] = answer.json()
+            return record
+
+        for run_id, result in ((short, "s"), (long, "l")):
+            assert wait_for(lambda r=run_id: final(r) is not None, timeout=90)
+            record = final(run_id)
+            assert record is not None
+            assert (record["status"], record["result"]) == ("succeeded", result), record
+    finally:
+        pair.stop()
+
+
+def test_health_answers_within_its_timeout_when_the_store_hangs(
+    postgres_server: Server, postgres_dsn: str
+) -> None:
+    """A store that accepts connections and answers nothing (stopped, or a network that
+    drops packets): readiness says so within its 3 s, and a probe after it too (it does not
+    pile up pings). Before: 13 s, the driver's own cancel of the ping awaited."""
+    server = GatewayThread(backend="local", store=postgres_dsn).start()
+    try:
+        assert server.client().request("GET", "/v1/health").status == 200
+        with postgres_server.frozen():
+            for _ in range(2):
+                started = time.monotonic()
+                health = server.client().request("GET", "/v1/health", timeout=30)
+                assert health.status == 503 and health.json()["store"]["ok"] is False
+                assert time.monotonic() - started < 8, "health waited for the driver"
+        assert wait_for(
+            lambda: server.client().request("GET", "/v1/health").status == 200, timeout=60
+        )
+    finally:
+        server.stop()
+
+
+def test_a_cancel_naming_no_possible_run_id_is_not_found(postgres_dsn: str) -> None:
+    """A WebSocket `cancel` takes any string as `id`, where a URL allows only run ids: a NUL
+    reached PostgreSQL's query and came back as an `internal` error. Now an id no run can
+    have is not_found before any store is asked."""
+    server = GatewayThread(backend="local", store=postgres_dsn).start()
+
+    async def cancel() -> dict[str, Any]:
+        async with open_stream(server.port) as ws:
+            await ws.write_message(json.dumps({"type": "cancel", "id": "run_\u0000x"}))
+            return await receive(ws)
+
+    try:
+        event = asyncio.run(cancel())
+        assert event["type"] == "error" and event["error"]["code"] == "not_found", event
+    finally:
+        server.stop()

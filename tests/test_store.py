@@ -289,6 +289,8 @@ def test_a_database_gone_after_start_is_store_unavailable(postgres_server: Serve
         ("sqlite:///", "absolute path"),
         ("postgresql://u:hunter2@h/d?bogus=1", "not a PostgreSQL URL"),
         ("runs.sqlite3", "sqlite:///PATH or postgresql://"),
+        ("host=db user=gw password=hunter2", "sqlite:///PATH or postgresql://"),  # libpq's form
+        ("postgresql://gw@db/x?password=hunter2&foo=1", "not a PostgreSQL URL"),
     ],
 )
 def test_a_bad_store_url_is_refused_at_start_without_its_password(url: str, message: str) -> None:

@@ -97,6 +97,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         self._query_token: str | None = None
         self._runs: dict[str, _Run] = {}  # by run id
         self._refs: dict[str | int, _Run] = {}  # unfinished runs by ref
+        self._cancelling: set[str] = set()  # runs this connection is cancelling
         self._connected = False
         self._done_lock = asyncio.Lock()  # `done` events are queued one at a time
         self.outbox = Outbox(
@@ -188,10 +189,13 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         await asyncio.gather(*(self._cancel_run(run_id) for run_id in list(self._runs)))
 
     async def _cancel_run(self, run_id: str) -> None:
+        self._cancelling.add(run_id)
         try:
             await self.services.runs.cancel(run_id, self.user.user, self.user.is_admin)
         except Exception:
             log.exception("could not cancel run %s", run_id)
+        finally:
+            self._cancelling.discard(run_id)
 
     # --- incoming ---------------------------------------------------------------------
 
@@ -292,7 +296,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         # Ownership is checked now (NotFound becomes an error event); the run ends on its
         # own time and its `done` event follows.
         await self.services.runs.get(run_id, self.user.user, self.user.is_admin)
-        self._keep(asyncio.create_task(self._cancel_run(run_id)))
+        if run_id not in self._cancelling:  # one cancel per run: a repeat adds no work
+            self._keep(asyncio.create_task(self._cancel_run(run_id)))
 
     @classmethod
     def _keep(cls, task: asyncio.Task[Any]) -> None:

@@ -17,6 +17,11 @@ FINAL_STATUSES: frozenset[str] = frozenset(
 KillReason = Literal["timeout", "memory", "output_limit", "pids", "cancelled"]
 
 
+# what a run id may look like where one is named (URLs, a WebSocket `cancel`): ours, or a
+# caller's own name for a record the gateway has never made (then simply not found)
+RUN_ID_PATTERN = r"(run_[0-9a-f]{1,64}|[A-Za-z0-9_-]{1,100})"
+
+
 def new_run_id() -> str:
     return "run_" + secrets.token_hex(10)
 

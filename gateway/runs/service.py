@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Awaitable
 
@@ -18,7 +19,7 @@ from gateway.execution.executor import Execution
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
-from gateway.models.common import new_run_id
+from gateway.models.common import RUN_ID_PATTERN, new_run_id
 from gateway.models.ipynb import store_notebook
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
@@ -29,6 +30,7 @@ from gateway.settings import Settings
 from gateway.store.base import UNFINISHED, RecordQuota, RecordStore
 from gateway.uploads.store import UploadStore
 
+_RUN_ID = re.compile(RUN_ID_PATTERN)
 log = logging.getLogger(__name__)
 
 # How long a cancel asked of another replica waits for that replica's final record; past
@@ -239,9 +241,13 @@ class RunService:
                 bound_record(record, self.settings.max_record_bytes)
             except Exception:
                 log.exception("run %s: its record could not be bounded", record.id)
-            self.active.pop(record.id, None)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
-            await self._keep(record)
+            # still held (its lease renewed) until the store has the final record, however
+            # long the store takes to come back
+            try:
+                await self._keep(record)
+            finally:
+                self.active.pop(record.id, None)
         return record
 
     async def _keep(self, record: RunRecord) -> None:
@@ -294,6 +300,8 @@ class RunService:
         return True
 
     async def get(self, run_id: str, user: str, admin: bool) -> RunRecord:
+        if not _RUN_ID.fullmatch(run_id):  # never a lookup: no store is asked about a NUL
+            raise NotFound(f"There is no run {run_id[:100]!r}.")
         active = self.active.get(run_id)
         record = active.record if active is not None else await self.store.get(run_id)
         if record is None or (record.user != user and not admin):
