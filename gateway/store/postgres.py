@@ -55,6 +55,21 @@ def redact(dsn: str) -> dict[str, str]:
     return {k: str(parts[k]) for k in ("host", "port", "dbname", "user") if parts.get(k)}
 
 
+# A server that stops answering (a hung host, a network that drops packets) must not hold a
+# request and a connection for the minutes TCP takes to give up: connecting is bounded,
+# keepalives find a dead peer in about 25 s, and no statement runs longer than 30 s (every
+# query of the store is short; the driver's error becomes StoreUnavailable).
+CONNECTION_OPTIONS: dict[str, Any] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 25_000,  # ms: unacknowledged data
+    "options": "-c statement_timeout=30000",
+}
+
+
 class PostgresStore(RecordStore):
     kind = "postgresql"
     shared = True
@@ -80,6 +95,7 @@ class PostgresStore(RecordStore):
             timeout=wait_timeout,  # for a connection of the pool; then StoreUnavailable
             check=psycopg_pool.AsyncConnectionPool.check_connection,
             name=f"store-{replica}",
+            kwargs=CONNECTION_OPTIONS,
         )
         self._listener: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()
@@ -254,7 +270,9 @@ class PostgresStore(RecordStore):
         lost connection, connect again (the heartbeat covers the gap)."""
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, **CONNECTION_OPTIONS
+                )
                 async with conn:
                     await conn.execute("LISTEN gateway_cancel")
                     self.listening.set()
