@@ -292,8 +292,15 @@ class Pools:
 
     @property
     def busy(self) -> bool:
-        """A kernel is being started or destroyed."""
-        return any(pool.starting for pool in self.pools.values()) or bool(self._closing_tasks)
+        """A kernel is being started or destroyed, or the refiller is about to start one
+        (a pool is short: a take's delayed wake, or the next look at the pools)."""
+        refilling = self._refiller is not None and not self._refiller.done()
+        wanted = (
+            refilling
+            and not self._memory_short
+            and any(pool.wanted > 0 for pool in self.pools.values())
+        )
+        return wanted or any(p.starting for p in self.pools.values()) or bool(self._closing_tasks)
 
     def footprints(self) -> list[Footprint]:
         """What the idle pooled kernels hold on the machine."""
