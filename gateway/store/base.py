@@ -84,6 +84,7 @@ class RecordStore(abc.ABC):
     def __init__(self, replica: str) -> None:
         self.replica = replica  # this gateway's instance id: it owns the runs it executes
         self.on_cancel: CancelHandler | None = None
+        self._late_ping: asyncio.Future[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -98,6 +99,26 @@ class RecordStore(abc.ABC):
     @abc.abstractmethod
     async def ping(self) -> None:
         """Return if the store answers now; raise `StoreUnavailable` if not."""
+
+    async def answers(self, timeout: float) -> bool:
+        """Whether a ping succeeds within `timeout` (readiness). A ping that takes longer is
+        left to end on its own (cancelling it would wait for the driver's own cancel, which
+        can take longer still); until it has, the store is taken as not answering and no
+        other ping starts."""
+        if self._late_ping is not None:
+            return False
+        ping = asyncio.ensure_future(self.ping())
+        done, _ = await asyncio.wait({ping}, timeout=timeout)
+        if not done:
+            self._late_ping = ping
+            ping.add_done_callback(self._ping_ended)
+            return False
+        return ping.exception() is None
+
+    def _ping_ended(self, ping: asyncio.Future[None]) -> None:
+        self._late_ping = None
+        if not ping.cancelled():
+            ping.exception()  # retrieved: a late failure is expected, not an unhandled error
 
     def describe(self) -> dict[str, Any]:
         """What /v1/health shows of the store (never a password)."""
