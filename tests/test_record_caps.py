@@ -96,15 +96,38 @@ def test_an_error_of_ordinary_size_is_whole(client: Client) -> None:
 
 
 def test_a_100_mb_result(client: Client) -> None:
+    """The kernel measures `result` against the cap and sends only its size: 100 MB would
+    not fit in a kernel message, and the run used to wait for a reply that never came."""
     record, _ = run_bounded(client, 1 * MiB, code="result = 'A' * 10**8", timeout=120)
+    assert record["status"] == "succeeded" and record["result"] is None, record["notes"]
+    size = 10**8 + 2  # the string's JSON: its quotes
+    note = f"`result` was not returned: it is {size} bytes as JSON, over the limit of {RESULT_CAP}"
+    assert any(n.startswith(note) for n in record["notes"]), record["notes"]
+
+
+# What a kernel that ignores the cap sends (user code replacing the kernel's half of
+# `result`): the gateway's own checks stand, and the kernel's words are clipped.
+HOSTILE_RESULT = (
+    "import kernels.python.startup as startup\n"
+    "startup.result_value = lambda max_bytes=None: startup._JSONResult({})\n"
+    "result = 1\n"
+)
+
+
+def test_a_result_over_the_cap_sent_anyway_is_not_kept(client: Client) -> None:
+    payload = f"{{'present': True, 'name': 'result', 'value': 'r' * {RESULT_CAP}}}"
+    record, _ = run_bounded(client, 1 * MiB, code=HOSTILE_RESULT.format(payload))
     assert record["status"] == "succeeded" and record["result"] is None
-    # over the cap; or, on a busy machine, the kernel takes more than the 10 s allowed to
-    # send 100 MB back (the cap itself is tested to the byte below)
-    assert any(
-        ("`result` was not returned" in note and "bytes" in note)
-        or "`result` could not be read back" in note
-        for note in record["notes"]
-    ), record["notes"]
+    note = f"it is {RESULT_CAP + 2} bytes as JSON, over the limit of {RESULT_CAP}"
+    assert any(note in n for n in record["notes"]), record["notes"]
+
+
+def test_a_kernels_word_on_a_results_size_is_clipped(client: Client) -> None:
+    payload = "{'present': True, 'name': 'n' * 10**6, 'size': 's' * 10**6}"
+    record, _ = run_bounded(client, 1 * MiB, code=HOSTILE_RESULT.format(payload))
+    assert record["result"] is None
+    [note] = [n for n in record["notes"] if "was not returned" in n]
+    assert len(note) < 300 and "over the limit" in note, note
 
 
 def test_a_result_at_and_just_over_its_cap(client: Client) -> None:

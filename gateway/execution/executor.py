@@ -4,6 +4,10 @@ sandbox -> stage files (the archive first, then `files`) -> kernel ready -> the 
 environment and `vars` -> each cell until one stops the program -> `result` -> return
 files -> usage and limits -> kill -> destroy; then `outcome.apply` writes the record.
 
+ipykernel evaluates `result` as a user expression of the last cell's own request when that
+cell succeeds (one kernel round trip fewer per run); after a failed or interrupted last cell
+it is read with a silent request of its own, as Deno's is always.
+
 The gateway enforces the deadline, not the kernel (DESIGN.md decision 4): at a cell's
 deadline the kernel is interrupted, gets `interrupt_grace` seconds to flush, then every
 process of the sandbox is killed; what was produced before is kept with `timed_out`.
@@ -22,7 +26,7 @@ from typing import Any
 
 from gateway.execution.collector import OutputListener, json_size
 from gateway.execution.errorcap import clip_middle
-from gateway.execution.kernel_code import DENO_RESULT, PYTHON_RESULT, setup_code
+from gateway.execution.kernel_code import DENO_RESULT, python_result, setup_code
 from gateway.execution.outcome import Outcome, Tally, apply_outcome, exit_code_of
 from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
@@ -35,6 +39,7 @@ from gateway.sandbox.base import ReadLimits, SandboxSpec
 from gateway.settings import Settings
 
 SETUP_TIMEOUT = 10.0  # seconds for the gateway's own silent requests
+RESULT_EXPRESSION = "gateway_result"  # the name of `result` among a request's user expressions
 
 # The files to stage and notes about them, awaited once the run holds a slot (an archive
 # is unpacked only then).
@@ -136,19 +141,20 @@ class Execution:
                 )
                 return Cell(source="", ending="timeout")
             limit = min(program.cell_timeout, left)
+            more = count < len(runnable)
             last = await session.run_cell(
                 cell_json["source"],
                 limit,
                 self.listener,
                 caps=tally.caps(),
                 on_display=tally.update_display,
+                user_expressions=None if more else self._result_expressions(),
             )
             outputs = tally.add(name, last)
             for output in outputs:
                 if output["output_type"] == "execute_result":
                     output["execution_count"] = count
             cell_json["outputs"], cell_json["execution_count"] = outputs, count
-            more = count < len(runnable)
             if last.ending != "finished":
                 tally.note_stop(name, last, limit, more)
                 return last
@@ -164,13 +170,23 @@ class Execution:
                     return last
         return last
 
+    def _result_expressions(self) -> dict[str, str] | None:
+        """What the last cell's request asks ipykernel to evaluate after it: `result`."""
+        if self.program.reads_result and self._ipykernel:
+            return {RESULT_EXPRESSION: python_result(self.settings.result_cap_bytes)}
+        return None
+
+    @property
+    def _ipykernel(self) -> bool:
+        return traits(self.program.language).kernel == "ipykernel"
+
     async def _close(self, session: KernelSession, last: Cell) -> Outcome:
         """After the last cell: read `result` and `return_files` back, take usage and the
         limits that struck, learn how the kernel died (if it did), then kill it all."""
         outcome = Outcome(last=last)
         if last.ending == "finished" and self.program.reads_result:
             outcome.result, outcome.result_note, failure = await read_result(
-                session, self.settings, traits(self.program.language).kernel == "ipykernel"
+                session, self.settings, self._ipykernel, last.reply
             )
             if failure:
                 self.tally.notes.append(failure)
@@ -189,22 +205,28 @@ class Execution:
 
 
 async def read_result(
-    session: KernelSession, settings: Settings, user_expressions: bool
+    session: KernelSession,
+    settings: Settings,
+    user_expressions: bool,
+    last_reply: dict[str, Any] | None = None,
 ) -> tuple[Any, str | None, str | None]:
     """The kernel's global `result` (else `output`); why the code's value was not returned
     (not JSON-serialisable, larger than `result_cap_bytes` as JSON, nested deeper than
     `max_json_depth`), or why nothing could be read back at all.
 
-    ipykernel evaluates it as a silent request's user expression; Deno's kernel has no
-    user expressions, so there it is the `execute_result` of a request without history,
-    which no cell sees."""
+    ipykernel evaluates it as a user expression: of the last cell's request when that cell
+    succeeded (`last_reply` carries it), else of a silent request made now. Deno's kernel
+    has no user expressions, so there it is the `execute_result` of a request without
+    history, which no cell sees."""
     data: dict[str, Any] | None
     if user_expressions:
-        reply = await session.run_silent(
-            "", timeout=SETUP_TIMEOUT, user_expressions={"r": PYTHON_RESULT}
-        )
-        data = None if reply is None else (reply.get("user_expressions") or {}).get("r", {})
-        data = None if data is None else data.get("data") or {}
+        data = expression_data(last_reply)
+        if data is None:
+            expression = python_result(settings.result_cap_bytes)
+            reply = await session.run_silent(
+                "", timeout=SETUP_TIMEOUT, user_expressions={RESULT_EXPRESSION: expression}
+            )
+            data = expression_data(reply)
     else:
         data = await session.display_value(DENO_RESULT, timeout=SETUP_TIMEOUT)
     if data is None:
@@ -216,12 +238,29 @@ async def read_result(
     if "error" in value:
         reason = clip_middle(str(value["error"]), 500)
         return None, f"`{name}` was not returned: it is not JSON-serialisable ({reason}).", None
+    large = "`{}` was not returned: it is {} bytes as JSON, over the limit of {} bytes."
+    if "size" in value:  # the kernel's own measure: it sent no value (ipykernel)
+        size_text = clip_middle(str(value["size"]), 40)
+        return None, large.format(name, size_text, settings.result_cap_bytes), None
     result = value.get("value")
     size = json_size(result, settings.max_json_depth)
     if size is None:
         deep = f"it is nested more than {settings.max_json_depth} levels deep"
         return None, f"`{name}` was not returned: {deep}.", None
-    if size > settings.result_cap_bytes:
-        large = f"it is {size} bytes as JSON, over the limit of {settings.result_cap_bytes} bytes"
-        return None, f"`{name}` was not returned: {large}.", None
+    if size > settings.result_cap_bytes:  # a kernel that sent more than it was asked for
+        return None, large.format(name, size, settings.result_cap_bytes), None
     return result, None, None
+
+
+def expression_data(reply: Any) -> dict[str, Any] | None:
+    """The mime bundle of the `result` user expression in an execute_reply's content; None
+    when the reply has none (no reply, a failed request: ipykernel then evaluates no user
+    expressions). A kernel's reply is hostile input: any other shape reads as no value."""
+    if not isinstance(reply, dict) or reply.get("status") != "ok":
+        return None
+    expressions = reply.get("user_expressions")
+    if not isinstance(expressions, dict) or RESULT_EXPRESSION not in expressions:
+        return None
+    evaluated = expressions[RESULT_EXPRESSION]
+    data = evaluated.get("data") if isinstance(evaluated, dict) else None
+    return data if isinstance(data, dict) else {}

@@ -18,7 +18,6 @@ import kernels
 from gateway.models.common import Language
 from gateway.models.languages import traits
 
-PYTHON_RESULT = "__import__('kernels.python.startup', fromlist=['_']).result_value()"
 _DENO_RUN = "globalThis[Symbol.for('gateway.run')]"
 DENO_RESULT = f"{_DENO_RUN}.result()"
 
@@ -50,6 +49,12 @@ def setup_code(
         return f"__import__('kernels.python.startup', fromlist=['_']).prepare({payload!r})"
     values = {**env, **{k: _bash_value(v) for k, v in vars.items()}}
     return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
+
+
+def python_result(max_bytes: int) -> str:
+    """The expression whose value is the kernel's `result` (else `output`), or only its size
+    when it is more than `max_bytes` as JSON (`kernels/python/startup.result_value`)."""
+    return f"__import__('kernels.python.startup', fromlist=['_']).result_value({int(max_bytes)})"
 
 
 def fence_code(label: str) -> str:

@@ -97,9 +97,12 @@ class KernelSession:
         listener: OutputListener | None = None,
         caps: Caps | None = None,
         on_display: DisplayUpdate | None = None,
+        user_expressions: dict[str, str] | None = None,
     ) -> Cell:
         """Run one cell until it ends or `timeout` s pass; `caps` default to the settings'.
-        `on_display` hears of display updates meant for outputs of earlier cells.
+        `on_display` hears of display updates meant for outputs of earlier cells;
+        `user_expressions` are evaluated by the kernel after the cell, if it succeeded, and
+        come back in its reply (ipykernel), saving the gateway a request of its own.
 
         Once the cell has replied, its output has arrived with its `idle` status, or (for a
         kernel with fences) with a fence on both streams; past that, the cell waits for
@@ -114,7 +117,7 @@ class KernelSession:
         cell = Cell(source=source, collector=collector)
         assert cell.collector is not None
         started = time.monotonic()
-        msg_id = self.client.execute(source)
+        msg_id = self.client.execute(source, user_expressions=user_expressions)
         parents = {msg_id}  # the requests whose iopub messages belong to this cell
         fences = CellFences(self.fence_token) if self.fence_token is not None else None
         limit_hit = asyncio.Event()

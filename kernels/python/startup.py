@@ -114,8 +114,10 @@ def _to_json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
 
 
-def result_value() -> _JSONResult:
-    """`{"present", "name", "value"}` of the global `result` (else `output`), or an error."""
+def result_value(max_bytes: int | None = None) -> _JSONResult:
+    """`{"present", "name", "value"}` of the global `result` (else `output`), or an error;
+    past `max_bytes` as JSON, its `size` instead of the value: a value the gateway would not
+    keep is never sent (a 100 MB one would not fit in a kernel message)."""
     namespace = _shell().user_ns
     for name in ("result", "output"):
         if name in namespace:
@@ -124,6 +126,8 @@ def result_value() -> _JSONResult:
                 text = json.dumps(value, default=_to_json_default, allow_nan=False)
             except (TypeError, ValueError, RecursionError) as exc:
                 return _JSONResult({"present": True, "name": name, "error": str(exc)})
+            if max_bytes is not None and len(text) > max_bytes:
+                return _JSONResult({"present": True, "name": name, "size": len(text)})
             return _JSONResult({"present": True, "name": name, "value": json.loads(text)})
     return _JSONResult({"present": False})
 
