@@ -356,17 +356,9 @@ class DockerSandbox(Sandbox):
         # on the 1 MiB socket tmpfs: bounded, and readable when the kernel dies.
         argv = kernel_argv(self.spec.language, "python", CONNECTION_FILE)
         logged = ["/bin/sh", "-c", f'exec "$@" >>{SOCKET_DIR}/{KERNEL_LOG} 2>&1', "sh", *argv]
-        self.container = self.backend.client.containers.create(
-            settings.docker_image,
-            command=logged,
-            name=self.name,
-            hostname=hostname,
-            user=f"{settings.sandbox_uid}:{settings.sandbox_gid}",
-            working_dir=WORKDIR,
-            environment=env,
-            labels=self.labels,
+        api = self.backend.client.api
+        host_config = api.create_host_config(
             network_mode=(settings.docker_network or "none") if self.spec.network else "none",
-            network_disabled=not self.spec.network,
             read_only=True,
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777,nosuid,nodev"},
             mounts=mounts,
@@ -379,8 +371,22 @@ class DockerSandbox(Sandbox):
             nano_cpus=int(limits.cpus * 1e9),
             ipc_mode="private",
             log_config=LogConfig(type=LogConfig.types.NONE),
-            detach=True,
         )
+        # The low-level call: `containers.create` would inspect the new container at once,
+        # an engine round trip per run for attributes nothing here reads (start inspects).
+        created = api.create_container(
+            settings.docker_image,
+            command=logged,
+            name=self.name,
+            hostname=hostname,
+            user=f"{settings.sandbox_uid}:{settings.sandbox_gid}",
+            working_dir=WORKDIR,
+            environment=env,
+            labels=self.labels,
+            network_disabled=not self.spec.network,
+            host_config=host_config,
+        )
+        self.container = self.backend.client.containers.prepare_model({"Id": created["Id"]})
 
     def _etc_file(self, name: str, text: str) -> Mount:
         path = self.host_dir / f"etc-{name}"
@@ -442,14 +448,14 @@ class DockerSandbox(Sandbox):
     async def start(self) -> dict[str, Any]:
         try:
             await self.backend.call(self.container.start)
-            attrs = await self.backend.call(self._inspect)
             self._started = True
         except docker.errors.APIError as exc:
             raise SandboxError(f"The kernel container could not start: {exc.explanation}") from exc
-        pid = attrs["State"].get("Pid") or 0
-        self._cgroup = Cgroup.of_process(pid) if pid else None
         assert self.exited is not None
         socket_dir = str(self.socket_dir)
+        # The container's cgroup (its init's pid, from an inspect) is looked up while the
+        # kernel starts: both wait on other processes, neither on the other.
+        cgroup = asyncio.ensure_future(self._find_cgroup())
         try:
             await secure_sockets(
                 socket_dir,
@@ -458,9 +464,22 @@ class DockerSandbox(Sandbox):
                 asyncio.shield(self.exited),
                 self.settings.kernel_start_timeout,
             )
-        except SandboxError as exc:
-            raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
+        except BaseException as exc:
+            cgroup.cancel()
+            await asyncio.gather(cgroup, return_exceptions=True)
+            if isinstance(exc, SandboxError):
+                raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
+            raise
+        await cgroup  # an engine that fails the inspect fails the start, as before
         return connection_info(f"{socket_dir}/s", self.key)
+
+    async def _find_cgroup(self) -> None:
+        try:
+            attrs = await self.backend.call(self._inspect)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"The kernel container could not start: {exc.explanation}") from exc
+        pid = attrs["State"].get("Pid") or 0
+        self._cgroup = Cgroup.of_process(pid) if pid else None
 
     def _log_tail(self) -> str:
         """The end of the kernel's own output (never through a link the kernel made)."""
