@@ -16,10 +16,16 @@ The runs are measured in batches (`--batch`); besides the mean over all runs, th
 gives the quietest batch (least machine CPU per run): other work only ever adds, so that
 batch is the closest to the gateway's own cost. The load average is recorded with it.
 
+With `--perf` (Debian's `linux-perf`), `perf record -a -e cpu-clock` samples every CPU
+during the measured runs, and every sample is attributed to the thread it caught: the
+table then also splits "the rest" exactly, short-lived processes included (runc and its
+init, the shims, docker-init, the host kernel's worker threads), whatever else runs on the
+machine (it is listed as such, not guessed away).
+
 Prints a table (ms of CPU per run) and writes JSON to bench/results/. A script, not a test:
 nothing is asserted.
 
-    .venv/bin/python bench/cpu_profile.py [--runs 30] [--batch 5] [--pooled]
+    .venv/bin/python bench/cpu_profile.py [--runs 30] [--batch 5] [--pooled] [--perf]
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import http.client
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -39,6 +46,43 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
+PERF_HZ = 999  # samples per second per CPU: each one stands for 1/PERF_HZ s of that CPU
+
+# who a sampled thread is, by its command name (the gateway and this script by pid)
+PERF_GROUPS = (
+    ("runc (create, start, delete) and its init", ("runc",)),
+    ("containerd-shim", ("containerd-shim",)),
+    ("dockerd", ("dockerd",)),
+    ("containerd", ("containerd",)),
+    ("dockerd's hooks (re-exec'd dockerd)", ("exe",)),
+    ("the kernel, its shell and docker-init", ("python", "ZMQbg", "sh", "docker-init")),
+    ("host kernel threads", ("kworker", "ksoftirqd", "rcu", "kthreadd", "migration", "jbd2")),
+    ("perf itself", ("perf",)),
+)  # fmt: skip
+
+
+def perf_groups(script_output: str, gateway_pid: int, runs: int) -> dict[str, float]:
+    """ms of CPU per run by group, from `perf script -F comm,pid` lines (`comm pid`)."""
+    counts: dict[str, int] = {}
+    for line in script_output.splitlines():
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2 or not parts[1].isdigit():
+            continue
+        comm, pid = parts[0].strip(), int(parts[1])
+        if comm == "swapper":  # the idle task
+            continue
+        if pid == gateway_pid:
+            group = "the gateway process"
+        elif pid == os.getpid():
+            group = "this script (the client)"
+        else:
+            group = next(
+                (name for name, prefixes in PERF_GROUPS if comm.startswith(prefixes)),
+                f"other: {comm}",
+            )
+        counts[group] = counts.get(group, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: -item[1])
+    return {group: round(n * 1000 / PERF_HZ / runs, 1) for group, n in ordered}
 
 
 def machine_ms() -> float:
@@ -116,6 +160,16 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             request(port, "POST", "/v1/runs", {"code": "print(1)"})
         time.sleep(2)  # teardown of the warm-up runs, pool refills
         engines = ("dockerd", "containerd")
+        perf = None
+        if args.perf:
+            perf_data = workdir / "perf.data"
+            record = ["perf", "record", "-a", "-e", "cpu-clock", "-F", str(PERF_HZ)]
+            perf = subprocess.Popen(
+                [*record, "-o", str(perf_data)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(1)  # perf is sampling
         load_before = os.getloadavg()
         began = time.monotonic()
         batches: list[dict[str, float]] = []
@@ -138,6 +192,17 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             )
         wall = time.monotonic() - began
         load_after = os.getloadavg()
+        by_thread = None
+        if perf is not None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(60)
+            script = subprocess.run(
+                ["perf", "script", "-i", str(perf_data), "-F", "comm,pid"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            by_thread = perf_groups(script, gateway.pid, args.runs)
     finally:
         gateway.terminate()
         gateway.wait(60)
@@ -155,6 +220,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ms_per_run": per_run(whole),
         "cpu_ms_per_run_quietest_batch": per_run(quietest),
         "machine_ms_per_run_each_batch": [round(b["machine"] / b["runs"]) for b in batches],
+        "perf_ms_per_run": by_thread,
     }
 
 
@@ -176,6 +242,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--batch", type=int, default=5, help="runs per measured batch")
     parser.add_argument("--pooled", action="store_true", help="keep the warm pools on")
+    parser.add_argument("--perf", action="store_true", help="attribute every CPU sample (perf)")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args()
     result = profile(args)
@@ -194,6 +261,10 @@ def main() -> int:
     print(f"load average {before[0]:.2f} before, {after[0]:.2f} after")
     print("machine ms per run, each batch:")
     print(" ".join(str(ms) for ms in result["machine_ms_per_run_each_batch"]))
+    if result["perf_ms_per_run"] is not None:
+        print(f"\n| sampled by perf (cpu-clock, {PERF_HZ} Hz, all CPUs) | ms per run |\n|---|---:|")
+        for name, ms in result["perf_ms_per_run"].items():
+            print(f"| {name} | {ms:.0f} |")
     print(f"written to {out}", file=sys.stderr)
     return 0
 

@@ -260,9 +260,15 @@ def timed_runs(gateway: Gateway, body: dict[str, Any], runs: int) -> list[float]
     return samples
 
 
-def throughput(gateway: Gateway, concurrency: int, runs: int) -> tuple[int, float, float]:
+def pool_hits(gateway: Gateway) -> int:
+    return sum(p.get("hits", 0) for p in (gateway.health().get("pools") or {}).values())
+
+
+def throughput(gateway: Gateway, concurrency: int, runs: int) -> tuple[int, float, float, int]:
+    """Runs, seconds, machine CPU seconds, and how many of the runs a pooled kernel served."""
     n = max(runs, concurrency * 4)
     gateway.settle()
+    hits = pool_hits(gateway)
     cpu = machine_cpu_seconds()
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
@@ -271,7 +277,7 @@ def throughput(gateway: Gateway, concurrency: int, runs: int) -> tuple[int, floa
     failed = [r for r in records if r.get("status") != "succeeded"]
     if failed:
         raise RuntimeError(f"{len(failed)} throughput runs did not succeed: {failed[0]}")
-    return n, seconds, machine_cpu_seconds() - cpu
+    return n, seconds, machine_cpu_seconds() - cpu, pool_hits(gateway) - hits
 
 
 def measure_gateway(backend: str, runs: int, extra: list[str]) -> dict[str, Any]:
@@ -329,7 +335,7 @@ def table(
             }
         )
     for concurrency in (1, 4, 8):
-        n, seconds, cpu = pooled[f"throughput_{concurrency}"]
+        n, seconds, cpu, hits = pooled[f"throughput_{concurrency}"]
         peer_n, peer_seconds = peer[f"throughput_{concurrency}"]
         rows.append(
             {
@@ -337,6 +343,7 @@ def table(
                 "ours": n / seconds,
                 "peer": peer_n / peer_seconds,
                 "cpu_ms_per_run": cpu / n * 1000,
+                "pooled": f"{hits} of {n}",
             }
         )
     rows.append({"what": "pools", "ours": pooled["health"].get("pools"), "peer": None})
@@ -355,7 +362,9 @@ def markdown(rows: list[dict[str, Any]]) -> list[str]:
                 f"({ours['p90']:.0f} / {ours['p99']:.0f}) | {theirs} | {ratio} |"
             )
         elif isinstance(ours, float):
-            cpu = f"; {row['cpu_ms_per_run']:.0f} ms CPU/run" if "cpu_ms_per_run" in row else ""
+            cpu = ""
+            if "cpu_ms_per_run" in row:
+                cpu = f"; {row['cpu_ms_per_run']:.0f} ms CPU/run; pooled {row['pooled']}"
             lines.append(f"| {row['what']} | {ours:.2f}{cpu} | {peer:.2f} | {ours / peer:.2f}x |")
     return lines
 
