@@ -280,6 +280,8 @@ def test_a_kernel_writing_to_its_container_stdout_fills_no_host_log(dclient: Cli
         assert len(found) == 1
         attrs = found[0].attrs
         assert attrs["HostConfig"]["LogConfig"]["Type"] == "none"
+        # created detached: the engine attaches nothing to its stdio either
+        assert (attrs["Config"]["AttachStdout"], attrs["Config"]["AttachStderr"]) == (False, False)
         log = attrs.get("LogPath") or ""
         assert not log or not os.path.exists(log) or os.path.getsize(log) == 0
     finally:

@@ -385,6 +385,7 @@ class DockerSandbox(Sandbox):
             labels=self.labels,
             network_disabled=not self.spec.network,
             host_config=host_config,
+            detach=True,  # nothing attaches to its stdio (the kernel logs to a file)
         )
         self.container = self.backend.client.containers.prepare_model({"Id": created["Id"]})
 
