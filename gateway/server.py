@@ -38,8 +38,10 @@ KERNEL_RCVHWM = 64  # messages a gateway socket queues from one kernel
 
 
 def max_kernel_message(settings: Settings) -> int:
-    """The largest message a kernel may send: one rich output, plus room for its envelope."""
-    return settings.display_cap_bytes + settings.stream_cap_bytes + 1024 * 1024
+    """The largest message a kernel may send: one rich output, or the reply that carries
+    `result` (at most `result_cap_bytes` of JSON), plus room for its envelope."""
+    largest = max(settings.display_cap_bytes, settings.result_cap_bytes)
+    return largest + settings.stream_cap_bytes + 1024 * 1024
 
 
 class Gateway:

@@ -139,6 +139,27 @@ def test_a_result_at_and_just_over_its_cap(client: Client) -> None:
     assert any(str(RESULT_CAP) in note for note in record["notes"])
 
 
+def test_a_large_result_under_an_operators_larger_cap_comes_back(backend_name: str) -> None:
+    """The reply that carries `result` fits the kernel message bound and the output limit
+    whenever the result fits its cap: it carries the value once (its `text/plain` is a name
+    only), and the bound grows with `result_cap_bytes`. A 19 MiB result used to come back
+    twice in one 38 MiB reply: past the bound, the run waited for its timeout."""
+    server = start_gateway(backend_name, result_cap_bytes=20 * MiB, output_limit_bytes=24 * MiB)
+    try:
+        response = server.client().request(
+            "POST", "/v1/runs", {"code": f"result = 'r' * {19 * MiB}", "timeout": 60}, timeout=300
+        )
+        record = response.json()
+        assert (record["status"], record["timed_out"], record["kill_reason"]) == (
+            "succeeded",
+            False,
+            None,
+        ), record["notes"]
+        assert record["result"] == "r" * (19 * MiB)
+    finally:
+        server.stop()
+
+
 def test_a_result_nested_too_deep_is_not_returned(client: Client) -> None:
     code = "result = 0\nfor _ in range(500):\n    result = [result]"
     record, _ = run_bounded(client, 1 * MiB, code=code)

@@ -94,7 +94,9 @@ def inject_vars(values: dict[str, Any]) -> None:
 
 
 class _JSONResult:
-    """Formatted by IPython as `application/json`, so the gateway gets the value as JSON."""
+    """Formatted by IPython as `application/json`, so the gateway gets the value as JSON.
+    Its `text/plain` is a name only: nothing reads it, and the value a second time would
+    double the reply (the whole of it counts as the kernel's output)."""
 
     def __init__(self, payload: dict[str, Any]) -> None:
         self.payload = payload
@@ -103,7 +105,7 @@ class _JSONResult:
         return self.payload
 
     def __repr__(self) -> str:
-        return json.dumps(self.payload)
+        return "<gateway result>"
 
 
 def _to_json_default(value: Any) -> Any:
