@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.execution.executor import RESULT_EXPRESSION, expression_data
+from gateway.execution.executor import RESULT_EXPRESSION, evaluated_result
 from gateway.execution.kernel import KernelClient
 from tests.support import GatewayThread
 
@@ -102,6 +102,31 @@ def test_what_converting_the_result_prints_is_the_runs_own_output(
     assert record["stdout"] == "converting\n", record
 
 
+def test_a_result_whose_conversion_fails_in_the_kernel_is_null_with_a_note(
+    gateway: GatewayThread,
+) -> None:
+    """A conversion of the user's own that raises (not a TypeError: that is "not
+    JSON-serialisable"), or our half of `result` replaced by one that raises."""
+    client = gateway.client()
+    code = (
+        "class Odd:\n    def tolist(self):\n        raise AttributeError('no list')\nresult = Odd()"
+    )
+    record = client.run(code=code)
+    assert record["status"] == "succeeded" and record["result"] is None, record
+    note = "`result` could not be read back from the kernel (AttributeError: no list)."
+    assert note in record["notes"], record["notes"]
+    code = (
+        "import kernels.python.startup as startup\n"
+        "def broken(max_bytes=None):\n"
+        "    raise RuntimeError('x' * 10**6)\n"
+        "startup.result_value = broken\n"
+        "result = 1\n"
+    )
+    record = client.run(code=code)
+    [note] = [n for n in record["notes"] if "could not be read back" in n]
+    assert "RuntimeError: xxx" in note and len(note) < 400, note
+
+
 @pytest.mark.parametrize(
     "reply",
     [
@@ -117,10 +142,10 @@ def test_what_converting_the_result_prints_is_the_runs_own_output(
 def test_a_reply_without_the_expression_reads_as_none(reply: Any) -> None:
     """None sends the gateway to ask with a request of its own (or, then, to note that
     `result` could not be read back); a kernel's reply is hostile input, never a 500."""
-    assert expression_data(reply) is None
+    assert evaluated_result(reply) is None
 
 
-@pytest.mark.parametrize("evaluated", [None, 7, "x", {"status": "error"}, {"data": [1]}])
-def test_an_expression_of_a_strange_shape_reads_as_no_value(evaluated: Any) -> None:
+@pytest.mark.parametrize("evaluated", [None, 7, "x", ["status"]])
+def test_an_expression_that_is_no_object_reads_as_no_value(evaluated: Any) -> None:
     reply = {"status": "ok", "user_expressions": {RESULT_EXPRESSION: evaluated}}
-    assert expression_data(reply) == {}
+    assert evaluated_result(reply) == {}

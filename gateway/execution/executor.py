@@ -220,13 +220,21 @@ async def read_result(
     history, which no cell sees."""
     data: dict[str, Any] | None
     if user_expressions:
-        data = expression_data(last_reply)
-        if data is None:
+        evaluated = evaluated_result(last_reply)
+        if evaluated is None:
             expression = python_result(settings.result_cap_bytes)
             reply = await session.run_silent(
                 "", timeout=SETUP_TIMEOUT, user_expressions={RESULT_EXPRESSION: expression}
             )
-            data = expression_data(reply)
+            evaluated = evaluated_result(reply)
+        if evaluated is not None and evaluated.get("status") == "error":
+            why = clip_middle(f"{evaluated.get('ename')}: {evaluated.get('evalue')}", 300)
+            return None, None, f"`result` could not be read back from the kernel ({why})."
+        if evaluated is None:
+            data = None
+        else:
+            found = evaluated.get("data")
+            data = found if isinstance(found, dict) else {}
     else:
         data = await session.display_value(DENO_RESULT, timeout=SETUP_TIMEOUT)
     if data is None:
@@ -252,9 +260,10 @@ async def read_result(
     return result, None, None
 
 
-def expression_data(reply: Any) -> dict[str, Any] | None:
-    """The mime bundle of the `result` user expression in an execute_reply's content; None
-    when the reply has none (no reply, a failed request: ipykernel then evaluates no user
+def evaluated_result(reply: Any) -> dict[str, Any] | None:
+    """The `result` user expression as ipykernel evaluated it (`{"status", "data"}`, or
+    `{"status": "error", "ename", "evalue"}`) from an execute_reply's content; None when
+    the reply has none (no reply, a failed request: ipykernel then evaluates no user
     expressions). A kernel's reply is hostile input: any other shape reads as no value."""
     if not isinstance(reply, dict) or reply.get("status") != "ok":
         return None
@@ -262,5 +271,4 @@ def expression_data(reply: Any) -> dict[str, Any] | None:
     if not isinstance(expressions, dict) or RESULT_EXPRESSION not in expressions:
         return None
     evaluated = expressions[RESULT_EXPRESSION]
-    data = evaluated.get("data") if isinstance(evaluated, dict) else None
-    return data if isinstance(data, dict) else {}
+    return evaluated if isinstance(evaluated, dict) else {}
