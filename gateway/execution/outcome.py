@@ -32,22 +32,31 @@ STREAMS = ("stdout", "stderr", "output")
 
 
 def exit_code_of(reply: dict[str, Any] | None) -> int | None:
-    """The exit code a finished cell's execute_reply stands for."""
+    """The exit code a finished cell's execute_reply stands for. The reply is the kernel's
+    word (hostile input): an exit code that is not a whole number of 32 bits is 1."""
     if reply is None:
         return None
     if "exit_code" in reply:  # our bash kernel reports `$?`
-        return int(reply["exit_code"])
+        return _whole(reply["exit_code"])
     if reply.get("status") == "ok":
         return 0
     if reply.get("ename") == "SystemExit":
         value = str(reply.get("evalue", "")).strip()
         if value in ("", "None"):
             return 0
-        try:
-            return int(value)
-        except ValueError:
-            return 1
+        return _whole(value)
     return 1
+
+
+def _whole(value: Any) -> int:
+    """An int or a decimal string within 32 bits, else 1 (a failure of unknown code)."""
+    if not isinstance(value, int | str) or (isinstance(value, str) and len(value) > 12):
+        return 1
+    try:
+        number = int(value)
+    except ValueError:
+        return 1
+    return number if -(2**31) <= number < 2**31 else 1
 
 
 def error_of(cell: Cell, max_bytes: int) -> dict[str, Any] | None:
