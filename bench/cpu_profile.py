@@ -145,6 +145,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         command += ["--docker-image", image]
     log = (workdir / "gateway.log").open("ab")
     gateway = subprocess.Popen(command, stdout=log, stderr=log, cwd=REPO)
+    perf: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -160,7 +161,6 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             request(port, "POST", "/v1/runs", {"code": "print(1)"})
         time.sleep(2)  # teardown of the warm-up runs, pool refills
         engines = ("dockerd", "containerd")
-        perf = None
         if args.perf:
             perf_data = workdir / "perf.data"
             record = ["perf", "record", "-a", "-e", "cpu-clock", "-F", str(PERF_HZ)]
@@ -196,6 +196,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         if perf is not None:
             perf.send_signal(signal.SIGINT)
             perf.wait(60)
+            perf = None
             script = subprocess.run(
                 ["perf", "script", "-i", str(perf_data), "-F", "comm,pid"],
                 capture_output=True,
@@ -204,6 +205,9 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             ).stdout
             by_thread = perf_groups(script, gateway.pid, args.runs)
     finally:
+        if perf is not None:  # the runs failed: perf must not go on sampling every CPU
+            perf.kill()
+            perf.wait(60)
         gateway.terminate()
         gateway.wait(60)
         log.close()
