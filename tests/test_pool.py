@@ -188,3 +188,13 @@ def test_metrics_count_hits_and_misses(pooled: GatewayThread) -> None:
     text = client.request("GET", "/metrics").body.decode()
     assert 'gateway_pool_hits_total{kind="ipykernel"} 1.0' in text, text
     assert "gateway_kernels_pooled " in text
+
+
+def test_a_pooled_run_reports_the_cpu_of_its_code_not_of_its_kernels_preloads(
+    pooled: GatewayThread,
+) -> None:
+    """`usage.cpu_ms` counts from when the run's code was sent: a pooled kernel's start and
+    preloads (matplotlib, numpy, pandas: well over half a second of CPU on any machine) are
+    not the run's, so a pooled `print(1)` reports what a cold one would."""
+    usage = take(pooled.client(), "print(1)")["usage"]
+    assert usage["cpu_ms"] is not None and usage["cpu_ms"] < 300, usage

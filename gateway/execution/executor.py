@@ -84,6 +84,7 @@ class Execution:
         self.listener = listener
         self.cancel = cancel if cancel is not None else asyncio.Event()
         self.tally = Tally(settings, program)
+        self._cpu_before: int | None = None  # the sandbox's CPU when the run's code began
 
     async def run(self) -> RunRecord:
         program, record = self.program, self.record
@@ -104,6 +105,9 @@ class Execution:
             else:
                 try:
                     await session.sandbox.stage_files(files)
+                    # the run's CPU counts from here: not the kernel's start, nor (a pooled
+                    # kernel) its preloads, so that pooled and cold runs report alike
+                    self._cpu_before = (await session.sandbox.usage()).cpu_ms
                     last = await self._run_cells(session)
                     outcome = await self._close(session, last)
                 finally:
@@ -199,6 +203,8 @@ class Execution:
             )
             outcome.files = await sandbox.read_files(self.program.return_files, limits)
         outcome.usage = await sandbox.usage()  # before the sandbox goes, its cgroup with it
+        if outcome.usage.cpu_ms is not None and self._cpu_before is not None:
+            outcome.usage.cpu_ms = max(0, outcome.usage.cpu_ms - self._cpu_before)
         outcome.events = await sandbox.limit_events()
         outcome.death = await sandbox.death() if last.ending == "died" else None
         return outcome

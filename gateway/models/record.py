@@ -36,7 +36,13 @@ class Usage(BaseModel):
     wall_ms: int = Field(
         0, ge=0, description="from the start of the run (sandbox start included) to its end"
     )
-    cpu_ms: int | None = Field(None, ge=0)
+    cpu_ms: int | None = Field(
+        None,
+        ge=0,
+        description="CPU time of the sandbox from when the run's code was sent to the kernel "
+        "(the kernel's own start, and a pooled kernel's preloads, not counted); null where "
+        "the sandbox has no cgroup",
+    )
     peak_memory_bytes: int | None = Field(None, ge=0)
 
     def to_json(self) -> dict[str, Any]:
