@@ -284,7 +284,13 @@ def census() -> list[str]:
     return found + sandbox_folders() + sandbox_mounts() + sandbox_cgroups() + docker_leftovers()
 
 
-def after_teardown(timeout: float = 30) -> list[str]:
+# How long a gateway may take to settle: longer than a kernel start may take before it fails
+# (the tests' kernel_start_timeout, 60 s), so that a pooled kernel still starting is never
+# taken for a leak.
+SETTLE_TIMEOUT = 90.0
+
+
+def after_teardown(timeout: float = SETTLE_TIMEOUT) -> list[str]:
     """The census once every live gateway has settled: a run's sandbox is destroyed just
     after its record is answered (off the answer's path), not before."""
     deadline = time.monotonic() + timeout
