@@ -177,7 +177,7 @@ class Execution:
     def _result_expressions(self) -> dict[str, str] | None:
         """What the last cell's request asks ipykernel to evaluate after it: `result`."""
         if self.program.reads_result and self._ipykernel:
-            return {RESULT_EXPRESSION: python_result(self.settings.result_cap_bytes)}
+            return result_expressions(self.settings)
         return None
 
     @property
@@ -228,9 +228,8 @@ async def read_result(
     if user_expressions:
         evaluated = evaluated_result(last_reply)
         if evaluated is None:
-            expression = python_result(settings.result_cap_bytes)
             reply = await session.run_silent(
-                "", timeout=SETUP_TIMEOUT, user_expressions={RESULT_EXPRESSION: expression}
+                "", timeout=SETUP_TIMEOUT, user_expressions=result_expressions(settings)
             )
             evaluated = evaluated_result(reply)
         if evaluated is not None and evaluated.get("status") == "error":
@@ -264,6 +263,11 @@ async def read_result(
     if size > settings.result_cap_bytes:  # a kernel that sent more than it was asked for
         return None, large.format(name, size, settings.result_cap_bytes), None
     return result, None, None
+
+
+def result_expressions(settings: Settings) -> dict[str, str]:
+    """The user expressions that have ipykernel evaluate `result` (within its cap)."""
+    return {RESULT_EXPRESSION: python_result(settings.result_cap_bytes)}
 
 
 def evaluated_result(reply: Any) -> dict[str, Any] | None:

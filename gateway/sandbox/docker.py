@@ -130,6 +130,11 @@ def probe_docker(image: str) -> tuple[bool, str]:
     return True, f"a Docker engine answers and has the image {image}"
 
 
+def not_started(exc: docker.errors.APIError) -> SandboxError:
+    """The engine's refusal to start (or to describe) a new kernel container."""
+    return SandboxError(f"The kernel container could not start: {exc.explanation}")
+
+
 def remove_container(container: Any) -> None:
     """Remove a container, killing it first. Two removals may race (a run's teardown and the
     gateway's shutdown): the engine answers the second with 409 "already in progress", and
@@ -451,7 +456,7 @@ class DockerSandbox(Sandbox):
             await self.backend.call(self.container.start)
             self._started = True
         except docker.errors.APIError as exc:
-            raise SandboxError(f"The kernel container could not start: {exc.explanation}") from exc
+            raise not_started(exc) from exc
         assert self.exited is not None
         socket_dir = str(self.socket_dir)
         # The container's cgroup (its init's pid, from an inspect) is looked up while the
@@ -478,7 +483,7 @@ class DockerSandbox(Sandbox):
         try:
             attrs = await self.backend.call(self._inspect)
         except docker.errors.APIError as exc:
-            raise SandboxError(f"The kernel container could not start: {exc.explanation}") from exc
+            raise not_started(exc) from exc
         pid = attrs["State"].get("Pid") or 0
         self._cgroup = Cgroup.of_process(pid) if pid else None
 
