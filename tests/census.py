@@ -290,12 +290,18 @@ def census() -> list[str]:
 SETTLE_TIMEOUT = 90.0
 
 
-def after_teardown(timeout: float = SETTLE_TIMEOUT) -> list[str]:
-    """The census once every live gateway has settled: a run's sandbox is destroyed just
-    after its record is answered (off the answer's path), not before."""
+def settle(timeout: float = SETTLE_TIMEOUT) -> None:
+    """Wait (bounded) until every live gateway has settled: no run active, nothing being
+    destroyed, no pooled kernel starting. What has not settled by then, the census judges."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not all(g.idle() for g in list(LIVE_GATEWAYS)):
         time.sleep(0.05)
+
+
+def after_teardown(timeout: float = SETTLE_TIMEOUT) -> list[str]:
+    """The census once every live gateway has settled: a run's sandbox is destroyed just
+    after its record is answered (off the answer's path), not before."""
+    settle(timeout)
     return census()
 
 

@@ -178,8 +178,7 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     # Every live gateway, a fixture's own too (`fuzz_gateway`), may be refilling a pool: a
     # kernel still starting is not in its pool yet, and a start may take up to the tests'
     # kernel_start_timeout (60 s) before it fails and its sandbox is destroyed.
-    for gateway in list(census.LIVE_GATEWAYS):
-        wait_for(gateway.idle, timeout=census.SETTLE_TIMEOUT)
+    census.settle()
     if not wait_for(lambda: not census.census(), timeout=30):
         left = census.census()
         census.clean_up()
