@@ -10,7 +10,7 @@ from tests.support import REPO
 
 # The gateway's packages and loose modules, bottom first.
 LAYERS: list[set[str]] = [
-    {"__init__", "errors", "version", "jsoncodec", "terminal", "extras"},
+    {"__init__", "errors", "version", "jsoncodec", "terminal", "extras", "budget", "offload"},
     {"models", "settings", "auth", "metrics", "startup"},
     {"sandbox"},
     {"execution"},
