@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import tornado.netutil
-import zmq
-import zmq.asyncio
 
 from gateway.app import make_app
 from gateway.auth import TokenTable, is_loopback_host
+from gateway.budget import ByteBudget
+from gateway.execution.kernel import Wire
 from gateway.handlers.base import Services
 from gateway.http_server import GatewayHTTPServer
 from gateway.metrics import Metrics
@@ -33,8 +33,6 @@ from gateway.store.select import make_store
 from gateway.uploads.store import UploadStore
 
 log = logging.getLogger("gateway")
-
-KERNEL_RCVHWM = 64  # messages a gateway socket queues from one kernel
 
 
 def max_kernel_message(settings: Settings) -> int:
@@ -64,7 +62,7 @@ class Gateway:
         self.services: Services | None = None
         self.backend: SandboxBackend | None = None
         self.store: RecordStore | None = None
-        self.context: zmq.asyncio.Context | None = None
+        self.wire: Wire | None = None
 
     async def start(self) -> None:
         """Start every service; if any step fails, what was started is stopped again."""
@@ -94,17 +92,17 @@ class Gateway:
         )
         if failed:
             log.warning("marked %d runs left unfinished by the previous gateway as failed", failed)
-        self.context = zmq.asyncio.Context()
-        # A kernel's messages are hostile input (issue 8, hole 6): each is at most
-        # MAXMSGSIZE (a larger one drops the connection, which ZMQ then re-opens), and at
-        # most RCVHWM of them wait per socket; past that ZMQ stops reading and the backlog
-        # stays in the kernel's own send queue, inside its sandbox.
-        self.context.setsockopt(zmq.MAXMSGSIZE, max_kernel_message(settings))
-        self.context.setsockopt(zmq.RCVHWM, KERNEL_RCVHWM)
-        self.context.setsockopt(zmq.LINGER, 0)
+        # A kernel's messages are hostile input: each is at most `max_kernel_message` (a
+        # larger one is dropped unread), and at most `kernel_bytes_in_flight` of all kernels'
+        # messages are in the gateway at once; past that, reading waits and the backlog
+        # stays in the kernels' own send queues, inside their sandboxes (execution/zmtp.py).
+        self.wire = Wire(
+            max_message_bytes=max_kernel_message(settings),
+            budget=ByteBudget("kernel messages", settings.kernel_bytes_in_flight),
+        )
         metrics = Metrics()
         uploads = UploadStore(settings, self.store.upload_shelf(settings))
-        runs = RunService(settings, backend, self.store, self.context, metrics, uploads)
+        runs = RunService(settings, backend, self.store, self.wire, metrics, uploads)
         self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
         runs.start()
         self._server = GatewayHTTPServer(
@@ -163,8 +161,6 @@ class Gateway:
             await self._server.close_all_connections()
         if self.store is not None:
             await self.store.close()
-        if self.context is not None:
-            self.context.destroy(linger=0)
 
 
 async def serve(settings: Settings) -> None:

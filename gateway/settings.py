@@ -132,6 +132,12 @@ class Settings(BaseModel):
     output_limit_bytes: int = setting(
         64 * MiB, "output past this kills the run (output_limit)", ge=1024
     )
+    kernel_bytes_in_flight: int = setting(
+        128 * MiB,
+        "kernel message bytes held in the gateway at once, all kernels together; past it "
+        "reading waits (the kernels are slowed down)",
+        ge=MiB,
+    )
 
     header_timeout: float = setting(
         10.0, "seconds a connection has to send a request's headers (also its idle time)", gt=0

@@ -4,6 +4,7 @@ own), a small HTTP client, and waiting for a condition. The leak census is in ce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -17,9 +18,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from email.message import Message
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from gateway import settings as settings_module
 from gateway.server import Gateway
@@ -234,3 +238,54 @@ def answers(client: Client) -> bool:
         return client.request("GET", "/v1/health", timeout=2).status == 200
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def rss_growth(pid: int) -> Iterator[list[int]]:
+    """How far the process's resident memory rose above where it was at the start (sampled
+    every 20 ms: the current RSS, which falls again, unlike ru_maxrss)."""
+    process = psutil.Process(pid)
+    baseline = process.memory_info().rss
+    peak = [baseline]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            peak[0] = max(peak[0], process.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    growth = [0]
+    try:
+        yield growth
+    finally:
+        stop.set()
+        sampler.join()
+        growth[0] = max(peak[0], process.memory_info().rss) - baseline
+
+
+@contextlib.contextmanager
+def health_latency(port: int, token: str | None = None) -> Iterator[list[float]]:
+    """The slowest answer, in seconds, of `GET /v1/health` asked every 50 ms from another
+    client while the block runs (a refused or failed probe counts as 60 s)."""
+    client = Client(port, token)
+    slowest = [0.0]
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.wait(0.05):
+            started = time.monotonic()
+            try:
+                ok = client.request("GET", "/v1/health", timeout=60).status == 200
+            except OSError:
+                ok = False
+            took = time.monotonic() - started if ok else 60.0
+            slowest[0] = max(slowest[0], took)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    try:
+        yield slowest
+    finally:
+        stop.set()
+        prober.join()

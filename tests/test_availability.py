@@ -89,15 +89,14 @@ def snapshot(server: GatewayThread) -> dict[str, int]:
     async def tasks() -> int:
         return len(asyncio.all_tasks()) - 1  # not this one
 
-    context = server.gateway.context
-    assert context is not None
-    sockets = getattr(context, "_sockets", None)
-    assert sockets is not None, "pyzmq no longer tracks a context's sockets in _sockets"
+    wire = server.gateway.wire
+    assert wire is not None
     return {
         "threads": threading.active_count(),
         "fds": len(os.listdir("/proc/self/fd")),
         "tasks": server.call(tasks()),
-        "zmq_sockets": len(sockets),
+        "kernel_channels": wire.open_channels,
+        "kernel_bytes_held": wire.budget.used,
     }
 
 

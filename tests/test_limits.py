@@ -3,16 +3,13 @@ on a gateway in its own process, by its current resident memory)."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import GatewayProcess, GatewayThread
+from tests.support import GatewayProcess, GatewayThread, rss_growth
 
 CAP = 10_000
 
@@ -36,30 +33,6 @@ def capped_process(backend_name: str, tmp_path: Path) -> Iterator[GatewayProcess
         yield server.start()
     finally:
         server.stop()
-
-
-@contextlib.contextmanager
-def rss_growth(pid: int) -> Iterator[list[int]]:
-    """How far the process's resident memory rose above where it was at the start (sampled
-    every 20 ms: the current RSS, which falls again, unlike ru_maxrss)."""
-    process = psutil.Process(pid)
-    baseline = process.memory_info().rss
-    peak = [baseline]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.02):
-            peak[0] = max(peak[0], process.memory_info().rss)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    growth = [0]
-    try:
-        yield growth
-    finally:
-        stop.set()
-        sampler.join()
-        growth[0] = max(peak[0], process.memory_info().rss) - baseline
 
 
 def test_large_output_keeps_head_and_tail(capped: GatewayThread) -> None:

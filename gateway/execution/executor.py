@@ -104,6 +104,8 @@ class Execution:
                 outcome = Outcome(last=Cell(source="", ending="cancelled"))
             else:
                 try:
+                    # nothing past the run's output limit is even read from the kernel
+                    session.client.meter.limit_from_now(self.settings.output_limit_bytes)
                     await session.sandbox.stage_files(files)
                     # the run's CPU counts from here: not the kernel's start, nor (a pooled
                     # kernel) its preloads, so that pooled and cold runs report alike
@@ -207,6 +209,8 @@ class Execution:
             outcome.usage.cpu_ms = max(0, outcome.usage.cpu_ms - self._cpu_before)
         outcome.events = await sandbox.limit_events()
         outcome.death = await sandbox.death() if last.ending == "died" else None
+        if session.client.over_limit and last.ending == "finished":
+            last.ending = "output_limit"  # reading `result` back went past the limit
         return outcome
 
 

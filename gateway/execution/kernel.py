@@ -1,58 +1,153 @@
-"""Talk to one kernel: connect over its ipc sockets, wait until ready, run requests.
+"""Talk to one kernel: connect to its ipc sockets, wait until it is ready, run requests.
 
-jupyter_client supplies the messaging (`AsyncKernelClient`: sockets, signing, message
-shapes); its `KernelManager` is not used (DESIGN.md decision 2). Readiness is a
+The messages are Jupyter's, signed and parsed by jupyter_client's `Session`; the sockets are
+our own ZMTP peers (`zmtp.py`), so that every byte a kernel sends is bounded as it arrives.
+jupyter_client's `KernelManager` is not used (DESIGN.md decision 2), nor, since a kernel is
+hostile input, libzmq's receive path (DESIGN.md decision 18). Readiness is a
 `kernel_info_reply` plus one iopub message, so that no output of the first request is lost
-to ZMQ's slow-joiner effect.
+before the subscription took.
 
-A kernel runs untrusted code, so what it sends is hostile input (issue 8, hole 6): every
-byte received on any channel counts in `received_bytes`, whatever message it belongs to
-(the run's output limit is checked against it), messages are bounded in size by the
-context's `MAXMSGSIZE` (see `gateway.server`), and a message that does not parse or is not
-signed with the kernel's key is dropped (counted) instead of failing the run.
+What a kernel sends counts in `received_bytes` on every channel, whatever message it claims
+to belong to (the run's output limit is checked against it, and the run sets the meter's
+ceiling to that limit, so nothing past it is even read: `OverLimit`); a message larger than
+the wire's bound is dropped unread (counted); a message that does not parse or is not
+signed with the kernel's key is dropped (counted) instead of failing the run. A large
+message is parsed and its signature checked off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from typing import Any, cast
+from typing import Any
 
-import zmq
-import zmq.asyncio
-from jupyter_client.asynchronous.client import AsyncKernelClient
-from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.session import Session
 
+from gateway.budget import ByteBudget
 from gateway.errors import SandboxError
+from gateway.execution.zmtp import (
+    Channel,
+    Dropped,
+    Meter,
+    OverLimit,
+    SocketType,
+    ZmtpError,
+    open_channel,
+)
+from gateway.offload import SMALL, offload
 
 log = logging.getLogger(__name__)
 
+__all__ = ["KernelClient", "OverLimit", "Wire"]
+
+# The channels the gateway uses (no stdin: input() is refused; no heartbeat: a kernel's
+# death is watched by its sandbox), their connection-file ports and ZMTP roles.
+CHANNELS: dict[str, tuple[str, SocketType]] = {
+    "shell": ("shell_port", "DEALER"),
+    "iopub": ("iopub_port", "SUB"),
+    "control": ("control_port", "DEALER"),
+}
+KERNEL_INFO_EVERY = 0.5  # seconds between kernel_info requests while a kernel starts
+
+
+@dataclasses.dataclass
+class Wire:
+    """What every kernel connection of one gateway shares: the largest message a kernel may
+    send (a larger one is dropped unread), and the budget of kernel message bytes held in
+    the gateway at once (past it, reading waits: the kernels are slowed down)."""
+
+    max_message_bytes: int
+    budget: ByteBudget
+    open_channels: int = 0
+
 
 class KernelClient:
-    """A connected client for one kernel; use `connect()`."""
+    """A client for the kernel at `info` (connection info, ipc transport); `wait_ready()`
+    connects it, `close()` closes it."""
 
-    def __init__(self, client: AsyncKernelClient) -> None:
-        self._client = client
-        self.received_bytes = 0  # everything the kernel sent, on every channel
+    def __init__(self, info: dict[str, Any], wire: Wire) -> None:
+        if info.get("transport") != "ipc":
+            raise SandboxError("The kernel's connection info is not on the ipc transport.")
+        self._info = info
+        self._wire = wire
+        self.session = Session(
+            key=str(info["key"]).encode(), signature_scheme=info["signature_scheme"]
+        )
+        self.meter = Meter()
+        self._channels: dict[str, Channel] = {}
+        self._pending: dict[str, asyncio.Future[list[bytes] | Dropped]] = {}
+        self._parsing = asyncio.Lock()  # one off-loop parse at a time: Session is not shared
 
-    def close(self) -> None:
-        """Close the client's sockets (idempotent)."""
-        if self._client.channels_running:
-            self._client.stop_channels()
+    @property
+    def received_bytes(self) -> int:
+        """Everything the kernel sent, on every channel."""
+        return self.meter.total
+
+    @property
+    def over_limit(self) -> bool:
+        return self.meter.exceeded
 
     @property
     def session_id(self) -> str:
-        return str(self._client.session.session)
+        return str(self.session.session)
+
+    def close(self) -> None:
+        """Close every channel (idempotent)."""
+        for pending in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        for channel in self._channels.values():
+            channel.close()
+            self._wire.open_channels -= 1
+        self._channels.clear()
+
+    # --- connecting -------------------------------------------------------------------
+
+    async def connect(self, timeout: float) -> None:
+        """Open the channels, retrying while the kernel has not bound its sockets yet."""
+        deadline = time.monotonic() + timeout
+        for name, (port, socket_type) in CHANNELS.items():
+            if name in self._channels:
+                continue
+            path = f"{self._info['ip']}-{self._info[port]}"
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SandboxError(f"The kernel did not become ready within {timeout:g} s.")
+                try:
+                    channel = await asyncio.wait_for(
+                        open_channel(
+                            path,
+                            socket_type,
+                            self.meter,
+                            self._wire.budget,
+                            self._wire.max_message_bytes,
+                            key=id(self),
+                        ),
+                        remaining,
+                    )
+                except (OSError, ZmtpError, TimeoutError):
+                    await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+                    continue
+                self._channels[name] = channel
+                self._wire.open_channels += 1
+                break
 
     async def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        await self.connect(timeout)
         got_reply = got_iopub = False
+        asked = 0.0
         while not (got_reply and got_iopub):
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise SandboxError(f"The kernel did not become ready within {timeout:g} s.")
-            if not got_reply:
-                self._client.kernel_info()
+            if now - asked >= KERNEL_INFO_EVERY:
+                self.kernel_info()
+                asked = now
             with contextlib.suppress(TimeoutError):
                 await self.iopub(timeout=0.05)
                 got_iopub = True
@@ -67,6 +162,16 @@ class KernelClient:
             except TimeoutError:
                 break
 
+    # --- requests ---------------------------------------------------------------------
+
+    def _send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+        msg = self.session.msg(msg_type, content)
+        self._channels[channel].send(self.session.serialize(msg))
+        return str(msg["header"]["msg_id"])
+
+    def kernel_info(self) -> str:
+        return self._send("shell", "kernel_info_request", {})
+
     def execute(
         self,
         code: str,
@@ -75,46 +180,18 @@ class KernelClient:
         store_history: bool | None = None,
         user_expressions: dict[str, str] | None = None,
     ) -> str:
-        return str(
-            self._client.execute(
-                code,
-                silent=silent,
-                store_history=not silent if store_history is None else store_history,
-                user_expressions=user_expressions or {},
-                allow_stdin=False,
-                stop_on_error=False,
-            )
-        )
-
-    async def iopub(self, timeout: float) -> dict[str, Any]:
-        """The next iopub message; raises TimeoutError."""
-        return await self._receive(self._client.iopub_channel.socket, timeout)
-
-    async def shell(self, timeout: float) -> dict[str, Any]:
-        """The next shell reply; raises TimeoutError."""
-        return await self._receive(self._client.shell_channel.socket, timeout)
-
-    async def _receive(self, socket: zmq.asyncio.Socket, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await socket.poll(int(remaining * 1000) + 1):
-                raise TimeoutError
-            frames = await socket.recv_multipart()
-            self.received_bytes += sum(len(frame) for frame in frames)
-            session = self._client.session
-            try:
-                _, signed = session.feed_identities(frames)
-                msg: dict[str, Any] = session.deserialize(signed)
-            except Exception as exc:  # a kernel's malformed or unsigned message: dropped
-                log.debug("dropped a malformed kernel message: %r", exc)
-                continue
-            if isinstance(msg.get("content"), dict) and isinstance(msg.get("parent_header"), dict):
-                return msg
+        content = {
+            "code": code,
+            "silent": silent,
+            "store_history": not silent if store_history is None else store_history,
+            "user_expressions": user_expressions or {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
+        return self._send("shell", "execute_request", content)
 
     def interrupt(self) -> None:
-        msg = self._client.session.msg("interrupt_request", {})
-        self._client.control_channel.send(msg)
+        self._send("control", "interrupt_request", {})
 
     async def run_silent(
         self, code: str, timeout: float, user_expressions: dict[str, str] | None = None
@@ -131,12 +208,62 @@ class KernelClient:
                 content: dict[str, Any] = reply["content"]
                 return content
 
+    # --- receiving --------------------------------------------------------------------
 
-def connect(info: dict[str, Any], context: zmq.asyncio.Context) -> KernelClient:
-    """A client for the kernel at `info`; its owner calls `close()`."""
-    client = AsyncKernelClient(context=context)
-    client.load_connection_info(cast(KernelConnectionInfo, info))
-    client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
-    for channel in (client.shell_channel, client.iopub_channel, client.control_channel):
-        channel.socket.setsockopt(zmq.LINGER, 0)
-    return KernelClient(client)
+    async def iopub(self, timeout: float) -> dict[str, Any]:
+        """The next iopub message; raises TimeoutError, or OverLimit past the ceiling."""
+        return await self._receive("iopub", timeout)
+
+    async def shell(self, timeout: float) -> dict[str, Any]:
+        """The next shell reply; raises TimeoutError, or OverLimit past the ceiling."""
+        return await self._receive("shell", timeout)
+
+    async def _receive(self, name: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        channel = self._channels.get(name)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if channel is None or (channel.broken and name not in self._pending):
+                if self.meter.exceeded:
+                    raise OverLimit
+                await asyncio.sleep(remaining)  # a closed channel: nothing will come
+                raise TimeoutError
+            # A receive that times out is left running, not cancelled (that would leave the
+            # stream mid-message): the next call takes its message.
+            pending = self._pending.get(name)
+            if pending is None:
+                pending = self._pending[name] = asyncio.ensure_future(channel.receive())
+            done, _ = await asyncio.wait({pending}, timeout=remaining)
+            if not done:
+                raise TimeoutError
+            del self._pending[name]
+            try:
+                frames = pending.result()
+            except ZmtpError as exc:
+                log.debug("kernel channel %s closed: %s", name, exc)
+                continue
+            if isinstance(frames, Dropped):
+                log.debug("dropped a kernel message over the bound: %r", frames)
+                continue
+            try:
+                msg = await self._parse(frames)
+            except Exception as exc:  # a kernel's malformed or unsigned message: dropped
+                log.debug("dropped a malformed kernel message: %r", exc)
+                continue
+            finally:
+                channel.release()
+            if isinstance(msg.get("content"), dict) and isinstance(msg.get("parent_header"), dict):
+                return msg
+
+    async def _parse(self, frames: list[bytes]) -> dict[str, Any]:
+        if sum(len(frame) for frame in frames) <= SMALL:
+            return self._deserialize(frames)
+        async with self._parsing:
+            return await offload(self._deserialize, frames)
+
+    def _deserialize(self, frames: list[bytes]) -> dict[str, Any]:
+        _, signed = self.session.feed_identities(frames)
+        msg: dict[str, Any] = self.session.deserialize(signed)
+        return msg

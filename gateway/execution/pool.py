@@ -24,9 +24,8 @@ import logging
 import secrets
 from collections.abc import Mapping
 
-import zmq.asyncio
-
 from gateway.errors import GatewayError
+from gateway.execution.kernel import Wire
 from gateway.execution.session import KernelSession, limits_from, start_session
 from gateway.metrics import Metrics
 from gateway.models.common import Language
@@ -101,7 +100,7 @@ class KernelPool:
         )
         self.starting += 1
         try:
-            session = await start_session(self.pools.backend, spec, settings, self.pools.context)
+            session = await start_session(self.pools.backend, spec, settings, self.pools.wire)
             try:
                 await self._preload(session)
             except BaseException:  # cancelled (shutdown) or failed: it is nobody's yet
@@ -137,13 +136,13 @@ class Pools:
         self,
         settings: Settings,
         backend: SandboxBackend,
-        context: zmq.asyncio.Context,
+        wire: Wire,
         metrics: Metrics,
         sizes: Mapping[Kernel, int],
     ) -> None:
         self.settings = settings
         self.backend = backend
-        self.context = context
+        self.wire = wire
         self.metrics = metrics
         self.pools = {kind: KernelPool(kind, size, self) for kind, size in sizes.items() if size}
         self.closing = False
@@ -217,7 +216,7 @@ class Pools:
         return session
 
     async def _start_cold(self, spec: SandboxSpec, cancel: asyncio.Event) -> KernelSession:
-        session = await start_session(self.backend, spec, self.settings, self.context, cancel)
+        session = await start_session(self.backend, spec, self.settings, self.wire, cancel)
         # every start is timed once, where it happens (a pooled one when it fills its pool)
         self.metrics.kernel_start_seconds.observe(session.start_seconds)
         return session

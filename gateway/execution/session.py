@@ -16,12 +16,10 @@ import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Literal
 
-import zmq.asyncio
-
 from gateway.errors import SandboxError
 from gateway.execution.collector import Caps, DisplayUpdate, OutputCollector, OutputListener
 from gateway.execution.fence import CellFences, new_token
-from gateway.execution.kernel import KernelClient, connect
+from gateway.execution.kernel import KernelClient, OverLimit, Wire
 from gateway.execution.kernel_code import fence_code
 from gateway.models.common import Language
 from gateway.models.languages import LanguageTraits, traits
@@ -126,7 +124,7 @@ class KernelSession:
                 msg_id, parents, fences, cell.collector, limit_hit, self.client.received_bytes
             )
         )
-        reply = asyncio.create_task(self._reply(msg_id))
+        reply = asyncio.create_task(self._reply(msg_id, limit_hit))
         waiters: dict[str, asyncio.Future[Any]] = {
             "pump": pump,
             "reply": reply,
@@ -212,9 +210,13 @@ class KernelSession:
     ) -> None:
         """Collect the cell's iopub messages until `idle` (or both fences). Every byte the
         kernel sends (on any channel, for any parent) counts against the cell's output
-        limit."""
+        limit; past the limit the kernel's meter stops reading (OverLimit)."""
         while True:
-            msg = await self.client.iopub(timeout=3600)
+            try:
+                msg = await self.client.iopub(timeout=3600)
+            except OverLimit:
+                limit_hit.set()
+                return
             self._last_message = time.monotonic()
             collector.received_bytes = self.client.received_bytes - baseline
             if collector.limit_exceeded:
@@ -240,9 +242,14 @@ class KernelSession:
             if fences is not None and fences.finished:
                 return
 
-    async def _reply(self, msg_id: str) -> dict[str, Any]:
+    async def _reply(self, msg_id: str, limit_hit: asyncio.Event) -> dict[str, Any]:
         while True:
-            msg = await self.client.shell(timeout=3600)
+            try:
+                msg = await self.client.shell(timeout=3600)
+            except OverLimit:  # no reply will be read: the cell ends on `limit_hit`
+                limit_hit.set()
+                await asyncio.Event().wait()  # never set: the cell ends and cancels this
+                raise
             if msg["parent_header"].get("msg_id") == msg_id:
                 content: dict[str, Any] = msg["content"]
                 return content
@@ -257,7 +264,10 @@ class KernelSession:
 
         async def value() -> dict[str, Any] | None:
             while True:
-                msg = await self.client.iopub(timeout=timeout)
+                try:
+                    msg = await self.client.iopub(timeout=timeout)
+                except OverLimit:  # the run's output limit: the executor sees `over_limit`
+                    return None
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
                 kind = msg["header"]["msg_type"]
@@ -283,7 +293,7 @@ class KernelSession:
             return None
         try:
             return await self.client.run_silent(code, timeout, **kw)
-        except TimeoutError:
+        except (TimeoutError, OverLimit):  # OverLimit: the executor sees `over_limit`
             return None
 
 
@@ -304,7 +314,7 @@ async def start_session(
     backend: SandboxBackend,
     spec: SandboxSpec,
     settings: Settings,
-    context: zmq.asyncio.Context,
+    wire: Wire,
     cancel: asyncio.Event | None = None,
 ) -> KernelSession:
     """A ready kernel in a fresh sandbox, owned by the caller, who must `close()` it (a
@@ -317,7 +327,7 @@ async def start_session(
     sandbox = await backend.create(spec)
     try:
         info = await _unless_cancelled(sandbox.start(), cancel)
-        client = connect(info, context)
+        client = KernelClient(info, wire)
         session = KernelSession(sandbox, client, settings, cancel, spec.language)
     except BaseException:
         await sandbox.destroy()
@@ -336,11 +346,11 @@ async def open_session(
     backend: SandboxBackend,
     spec: SandboxSpec,
     settings: Settings,
-    context: zmq.asyncio.Context,
+    wire: Wire,
     cancel: asyncio.Event | None = None,
 ) -> AsyncIterator[KernelSession]:
     """`start_session` scoped to a block: everything is destroyed when it exits."""
-    session = await start_session(backend, spec, settings, context, cancel)
+    session = await start_session(backend, spec, settings, wire, cancel)
     try:
         yield session
     finally:

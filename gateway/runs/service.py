@@ -11,11 +11,10 @@ import re
 import time
 from collections.abc import Awaitable
 
-import zmq.asyncio
-
 from gateway.errors import CapacityExceeded, GatewayError, NotFound, StoreUnavailable
 from gateway.execution.collector import OutputListener
 from gateway.execution.executor import Execution
+from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
@@ -59,7 +58,7 @@ class RunService:
         settings: Settings,
         backend: SandboxBackend,
         store: RecordStore,
-        context: zmq.asyncio.Context,
+        wire: Wire,
         metrics: Metrics,
         uploads: UploadStore | None = None,
     ) -> None:
@@ -67,13 +66,13 @@ class RunService:
         self.uploads = uploads
         self.backend = backend
         self.store = store
-        self.context = context
+        self.wire = wire
         self.metrics = metrics
         self.active: dict[str, ActiveRun] = {}
         self.kernels = Pools(
             settings,
             backend,
-            context,
+            wire,
             metrics,
             sizes={
                 "ipykernel": settings.pool_python,
