@@ -154,6 +154,13 @@ class Settings(BaseModel):
     max_concurrent_runs: int = setting(4, "runs executing at once", ge=1, le=4096)
     max_queued_runs: int = setting(16, "runs waiting for a slot before 429", ge=0)
     max_runs_per_user: int = setting(8, "runs one user may have running or queued", ge=1)
+    max_running_per_user: int = setting(
+        0,
+        "run slots one user may hold at once on this gateway (0: with --tokens, "
+        "max_concurrent_runs - 1, at least 1, so a slot is always left for another user; "
+        "single-user, all); a free slot goes to the waiting run of the user running fewest",
+        ge=0,
+    )
     record_ttl: float = setting(7 * 24 * 3600.0, "seconds a run record is kept", gt=0)
     max_records_per_user: int = setting(
         1000, "run records kept per user; past it their oldest finished ones are deleted", ge=1

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from gateway.execution.pool import overcommitted, total_memory
+from gateway.settings import GiB, Settings
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread, wait_for
 
@@ -198,3 +200,27 @@ def test_a_pooled_run_reports_the_cpu_of_its_code_not_of_its_kernels_preloads(
     not the run's, so a pooled `print(1)` reports what a cold one would."""
     usage = take(pooled.client(), "print(1)")["usage"]
     assert usage["cpu_ms"] is not None and usage["cpu_ms"] < 300, usage
+
+
+def test_settings_that_let_runs_empty_the_pools_are_named_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 20: runs using their memory limits can push available memory under
+    `pool_min_free_bytes` and empty the pools for everyone. That can only happen where the
+    runs' limits and that reserve do not fit in the machine: the gateway says so at start
+    (DESIGN.md decision 14 says why the pools still give way then)."""
+    fits = Settings(max_concurrent_runs=4, memory_bytes=GiB, pool_min_free_bytes=GiB)
+    assert overcommitted(fits, total=5 * GiB) is None
+    why = overcommitted(fits, total=5 * GiB - 1)
+    assert why is not None and "4.0 GiB" in why and "pool_min_free_bytes" in why
+    assert overcommitted(fits, total=None) is None  # no /proc/meminfo: nothing to say
+    total = total_memory()
+    assert total is not None
+    server = start_gateway(
+        "local", pool_python=0, pool_deno=0, pool_bash=1, memory_bytes=total // 2
+    )
+    try:
+        warned = [r for r in caplog.records if "can be emptied by runs" in r.getMessage()]
+        assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    finally:
+        server.stop()

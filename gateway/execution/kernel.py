@@ -137,6 +137,13 @@ class KernelClient:
                 break
 
     async def wait_ready(self, timeout: float) -> None:
+        """Connect, then wait until the kernel has answered `kernel_info` and iopub has
+        delivered a message, asking again every `KERNEL_INFO_EVERY` s until both happened
+        (as Jupyter Server's "nudge" does): a status published before the iopub subscription
+        reached the kernel goes nowhere. Deno behind its relay, under load, answered the
+        first request before the subscription had crossed the relay, and a start that asked
+        once waited out the whole timeout (2 of ~330 starts of 10 at once beside 4 busy
+        loops)."""
         deadline = time.monotonic() + timeout
         await self.connect(timeout)
         got_reply = got_iopub = False

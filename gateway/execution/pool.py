@@ -11,7 +11,9 @@ kind without a pool, an empty pool) start a kernel of their own (a miss: the col
 Refills run in the background, one kernel at a time for all pools together, so refilling
 never starves running kernels of CPU; no refill starts while the machine's available
 memory is under `pool_min_free_bytes`, and idle kernels are destroyed until it is above
-again. A pooled kernel that dies while idle is replaced. `close()` destroys them all;
+again (runs then start cold: slower, never failed; DESIGN.md decision 14 says why tenants
+may cause that, and the start warns where the settings let them). A pooled kernel that
+dies while idle is replaced. `close()` destroys them all;
 after a crash they are reaped like any sandbox of this instance.
 """
 
@@ -49,14 +51,41 @@ GIVE_UP_AFTER = 3  # a pool whose kernels fail to start this many times in a row
 
 def available_memory() -> int | None:
     """MemAvailable from /proc/meminfo, in bytes (None where there is none)."""
+    return _meminfo("MemAvailable")
+
+
+def total_memory() -> int | None:
+    """MemTotal from /proc/meminfo, in bytes (None where there is none)."""
+    return _meminfo("MemTotal")
+
+
+def _meminfo(field: str) -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def overcommitted(settings: Settings, total: int | None) -> str | None:
+    """Why runs within their own memory limits could push the machine's available memory
+    under `pool_min_free_bytes` (and so empty the pools for everyone), or None when they
+    cannot: every run slot's limit plus that reserve fit in the machine's memory."""
+    runs = settings.max_concurrent_runs * settings.memory_bytes
+    if total is None or runs + settings.pool_min_free_bytes <= total:
+        return None
+    gib = 1 << 30
+    return (
+        f"max_concurrent_runs x memory_bytes ({runs / gib:.1f} GiB) plus pool_min_free_bytes "
+        f"({settings.pool_min_free_bytes / gib:.1f} GiB) exceed this machine's memory "
+        f"({total / gib:.1f} GiB): runs that use their memory limits can leave less than "
+        "pool_min_free_bytes available, and then the pools are emptied for everyone (runs "
+        "start cold: slower, not failed). Lower max_concurrent_runs, memory_bytes or "
+        "pool_min_free_bytes to keep them warm."
+    )
 
 
 class KernelPool:
@@ -157,6 +186,9 @@ class Pools:
 
     def start(self) -> None:
         if self.pools:
+            why = overcommitted(self.settings, total_memory())
+            if why is not None:
+                log.warning("the pools can be emptied by runs under memory pressure: %s", why)
             self._refiller = asyncio.create_task(self._refill())
 
     def wake(self) -> None:

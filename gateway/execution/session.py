@@ -1,9 +1,10 @@
 """A started kernel in its sandbox, and the cells it runs.
 
 `start_session` creates the sandbox, starts the kernel and waits until it is ready (or
-gives up on cancel or on the kernel's exit); the session's owner (a pool first, then a run;
-or a run that starts its own) calls `close()`, which destroys everything. `open_session`
-is the same scoped to an `async with`.
+gives up on cancel or on the kernel's exit); a start that fails is tried once more in a
+fresh sandbox, since under load a start can fail that would succeed a moment later. The
+session's owner (a pool first, then a run; or a run that starts its own) calls `close()`,
+which destroys everything. `open_session` is the same scoped to an `async with`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Literal
@@ -23,13 +25,14 @@ from gateway.execution.kernel import KernelClient, OverLimit, Wire
 from gateway.execution.kernel_code import fence_code
 from gateway.models.common import Language
 from gateway.models.languages import LanguageTraits, traits
-from gateway.sandbox.base import Limits, Sandbox, SandboxBackend, SandboxSpec
+from gateway.sandbox.base import Death, Limits, Sandbox, SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
 # "exited": the program ended the kernel itself (`Deno.exit(n)`), after all its output
 Ending = Literal["finished", "timeout", "cancelled", "died", "output_limit", "exited"]
 
 IDLE_AFTER_REPLY = 2.0  # seconds to wait for iopub's `idle` once the execute_reply arrived
+START_ATTEMPTS = 2  # a kernel that fails to start is tried once more, in a fresh sandbox
 
 
 @dataclasses.dataclass
@@ -320,13 +323,51 @@ async def start_session(
     """A ready kernel in a fresh sandbox, owned by the caller, who must `close()` it (a
     pool holds it first, then a run). On cancel while the sandbox starts it raises
     `StartCancelled`, everything already destroyed; on cancel while the kernel gets ready
-    it returns at once (check `cancel.is_set()`); a kernel that cannot start raises
-    `SandboxError`."""
+    it returns at once (check `cancel.is_set()`). A kernel that cannot start is tried once
+    more in a fresh sandbox; if that fails too it raises `SandboxError` with both reasons.
+    Each try is bounded (`kernel_start_timeout` for the sockets, then for readiness)."""
     cancel = cancel if cancel is not None else asyncio.Event()
+    failures: list[str] = []
+    while True:
+        try:
+            return await _start_once(backend, spec, settings, wire, cancel)
+        except SandboxError as exc:
+            failures.append(exc.message)
+            if cancel.is_set() or len(failures) >= START_ATTEMPTS:
+                raise _start_failed(failures) from exc
+            log.warning("%s: a kernel did not start (%s); trying again", spec.run_id, exc.message)
+
+
+def _start_failed(failures: list[str]) -> SandboxError:
+    """The error of a start that failed `failures` times (the last reason first)."""
+    if len(failures) == 1:
+        return SandboxError(failures[0])
+    *earlier, last = failures
+    if all(reason == last for reason in earlier):
+        return SandboxError(f"The kernel failed to start {len(failures)} times: {last}")
+    before = " ".join(earlier)
+    return SandboxError(
+        f"The kernel failed to start {len(failures)} times: {last} (before: {before})"
+    )
+
+
+async def _start_once(
+    backend: SandboxBackend,
+    spec: SandboxSpec,
+    settings: Settings,
+    wire: Wire,
+    cancel: asyncio.Event,
+) -> KernelSession:
     started = time.monotonic()
     sandbox = await backend.create(spec)
     try:
-        info = await _unless_cancelled(sandbox.start(), cancel)
+        try:
+            info = await _unless_cancelled(sandbox.start(), cancel)
+        except SandboxError as exc:
+            if not sandbox.has_exited():
+                raise
+            how = _how(await sandbox.death())  # the sandbox's message has its output
+            raise SandboxError(f"{exc.message} ({how})" if how else exc.message) from exc
         client = KernelClient(info, wire)
         session = KernelSession(sandbox, client, settings, cancel, spec.language)
     except BaseException:
@@ -389,10 +430,42 @@ async def _until_ready(session: KernelSession, timeout: float) -> None:
         if task.done():
             task.result()
         elif exited.done() and not cancel.done():
-            death = await sandbox.death()
-            detail = f": {death.detail.strip()[-500:]}" if death and death.detail else ""
-            raise SandboxError(f"The kernel exited while starting{detail}")
+            raise SandboxError(
+                f"The kernel exited while starting{_death_note(await sandbox.death())}"
+            )
     finally:
         for future in (task, cancel, exited):
             future.cancel()
         await asyncio.gather(task, cancel, exited, return_exceptions=True)
+
+
+def _death_note(death: Death | None) -> str:
+    """How a kernel that exited while starting ended, for its error message: its exit
+    status or signal (a kill from outside prints nothing), and the end of its own output."""
+    if death is None:
+        return "."
+    detail = death.detail.strip()[-500:]
+    return f" ({_how(death)}){': ' + detail if detail else '.'}"
+
+
+def _how(death: Death | None) -> str:
+    """'killed by SIGKILL', 'exit status 1', ...; empty when nothing is known."""
+    if death is None:
+        return ""
+    code = death.exit_code
+    if death.oom_killed:
+        return "killed by its memory limit"
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        return f"killed by {_signal_name(-code)}"
+    if code > 128:
+        return f"exit status {code}, as if killed by {_signal_name(code - 128)}"
+    return f"exit status {code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

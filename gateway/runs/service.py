@@ -24,6 +24,7 @@ from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.archives import archive_files
 from gateway.runs.bounds import bound_record
+from gateway.runs.slots import RunSlots
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
 from gateway.store.base import UNFINISHED, RecordQuota, RecordStore
@@ -81,12 +82,11 @@ class RunService:
             },
         )
         self._teardowns: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(settings.max_concurrent_runs)
-        self._running = 0
+        self._slots = RunSlots.from_settings(settings)
         self._draining = False
         store.on_cancel = self.cancel_here
         metrics.gauge("gateway_queue_length", "Runs waiting for a slot.", lambda: self.queued)
-        metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self._running)
+        metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self.running)
         metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", self._pooled)
 
     def _pooled(self) -> float:
@@ -116,11 +116,11 @@ class RunService:
 
     @property
     def queued(self) -> int:
-        return len(self.active) - self._running
+        return len(self.active) - self.running
 
     @property
     def running(self) -> int:
-        return self._running
+        return self._slots.running
 
     @property
     def draining(self) -> bool:
@@ -202,11 +202,10 @@ class RunService:
         record = active.record
         started = time.monotonic()
         try:
-            if not await self._acquire_slot(active.cancel):
+            if not await self._slots.acquire(record.user, active.cancel):
                 record.status, record.kill_reason = "cancelled", "cancelled"
                 record.notes.append("The run was cancelled before it started.")
                 return record
-            self._running += 1
             try:
                 execution = Execution(
                     program,
@@ -223,8 +222,7 @@ class RunService:
                 await self.store.update(record)
                 await execution.run()
             finally:
-                self._running -= 1
-                self._slots.release()
+                self._slots.release(record.user)
         except GatewayError as exc:  # no kernel could start, or the staging was refused
             active.error = exc
             record.status = "failed"
@@ -277,26 +275,6 @@ class RunService:
             log.info(
                 "user %r: %d oldest run record(s) deleted (quota)", record.user, finished.evicted
             )
-
-    async def _acquire_slot(self, cancel: asyncio.Event) -> bool:
-        """Wait for a run slot; False (and no slot held) when cancelled while waiting."""
-        if cancel.is_set():
-            return False
-        acquire = asyncio.ensure_future(self._slots.acquire())
-        cancelled = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancelled.cancel()
-            if not acquire.done():
-                acquire.cancel()
-            await asyncio.gather(acquire, cancelled, return_exceptions=True)
-        if acquire.cancelled():
-            return False
-        if cancel.is_set():
-            self._slots.release()
-            return False
-        return True
 
     async def get(self, run_id: str, user: str, admin: bool) -> RunRecord:
         if not _RUN_ID.fullmatch(run_id):  # never a lookup: no store is asked about a NUL

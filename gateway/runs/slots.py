@@ -1,0 +1,114 @@
+"""`RunSlots`: this gateway's run slots (`max_concurrent_runs`), shared fairly between users.
+
+Two rules, so that one user's runs never keep another user's run waiting for long:
+
+- **a share per user**: a user holds at most `per_user` slots at once
+  (`max_running_per_user`; by default, with a tokens file, one fewer than the slots: one
+  is always left for somebody else, who then never waits for another user's runs to
+  end; single-user, every slot), however many runs they have queued;
+- **fair order**: when a slot is free, it goes to the waiting run of the user who holds
+  the fewest slots now, the earliest of theirs first; between users holding as many, the
+  run that has waited longest.
+
+A run waits in `acquire` until it holds a slot (True) or its `cancel` is set first
+(False, and it holds none); it gives its slot back with `release` exactly once. A slot is
+handed to a waiter when it is granted, not when the waiter wakes up, so no one can take
+it in between; a waiter cancelled after its grant gives it straight back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import itertools
+
+from gateway.settings import Settings
+
+
+@dataclasses.dataclass
+class _Waiter:
+    user: str
+    order: int  # arrival: earlier waits first among equals
+    granted: asyncio.Future[object]
+
+
+class RunSlots:
+    """`total` run slots, at most `per_user` of them held by one user."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RunSlots:
+        total = settings.max_concurrent_runs
+        # without a tokens file every run is the one user's: a share would only idle a slot
+        share = settings.max_running_per_user or (total - 1 if settings.tokens else total)
+        return cls(total, per_user=share)
+
+    def __init__(self, total: int, per_user: int) -> None:
+        self.total = total
+        self.per_user = max(1, min(per_user, total))
+        self._held: collections.Counter[str] = collections.Counter()
+        self._waiting: list[_Waiter] = []
+        self._arrivals = itertools.count()
+
+    @property
+    def running(self) -> int:
+        """Slots held now."""
+        return self._held.total()
+
+    @property
+    def waiting(self) -> int:
+        """Runs waiting for a slot."""
+        return len(self._waiting)
+
+    def held_by(self, user: str) -> int:
+        return self._held[user]
+
+    async def acquire(self, user: str, cancel: asyncio.Event) -> bool:
+        """Wait for a slot for `user`: True once held, False (none held) on cancel."""
+        if cancel.is_set():
+            return False
+        waiter = _Waiter(user, next(self._arrivals), asyncio.get_running_loop().create_future())
+        self._waiting.append(waiter)
+        self._grant()
+        if waiter.granted.done():  # a slot was free
+            return True
+        cancelled: asyncio.Future[object] = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait([waiter.granted, cancelled], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the waiting task itself was cancelled
+            self._forget(waiter)
+            raise
+        finally:
+            cancelled.cancel()  # nothing awaited after the grant: no await may lose a slot
+        if cancel.is_set():
+            self._forget(waiter)
+            return False
+        return True
+
+    def _forget(self, waiter: _Waiter) -> None:
+        """A waiter that will not run: out of the queue, or its slot given back."""
+        if waiter.granted.done():
+            self.release(waiter.user)
+        else:
+            self._waiting.remove(waiter)
+            waiter.granted.cancel()
+
+    def release(self, user: str) -> None:
+        """Give back a slot `user` held, and hand it on."""
+        if self._held[user] <= 0:
+            raise RuntimeError(f"user {user!r} holds no run slot")
+        self._held[user] -= 1
+        if not self._held[user]:
+            del self._held[user]
+        self._grant()
+
+    def _grant(self) -> None:
+        """Hand free slots to waiters: the user holding fewest first, then arrival."""
+        while self.running < self.total:
+            eligible = [w for w in self._waiting if self._held[w.user] < self.per_user]
+            if not eligible:
+                return
+            chosen = min(eligible, key=lambda w: (self._held[w.user], w.order))
+            self._waiting.remove(chosen)
+            self._held[chosen.user] += 1
+            chosen.granted.set_result(None)
