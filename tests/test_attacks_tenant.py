@@ -4,12 +4,15 @@ saw of other sandboxes and of the gateway, and per-uid kernel counters shared by
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway.auth import TokenTable, user_folder
-from tests.api import write_tokens
+from tests.api import poll_run, write_tokens
 from tests.conftest import start_gateway
 
 pytestmark = pytest.mark.attack
@@ -79,3 +82,80 @@ def test_a_tokens_file_whose_user_cannot_have_a_folder_is_refused(tmp_path: Path
         path, _ = tokens_for(tmp_path / f"n{len(name)}{ord(name[0])}", name)
         with pytest.raises(ValueError, match="folder name"):
             TokenTable.load(path)
+
+
+# --- row 8: what a local sandbox sees of other sandboxes and the host -----------------------
+
+SEE_OTHERS = r"""
+import glob, os
+groups = sorted({os.path.basename(p.rstrip('/')) for p in glob.glob('/sys/fs/cgroup/*/gateway-*/')
+                 + glob.glob('/sys/fs/cgroup/gateway-*/')})
+def seen(path):
+    try:
+        return sorted(os.listdir(path)) if os.path.isdir(path) else open(path).read()
+    except OSError as exc:
+        return exc.strerror
+result = {'groups': groups, 'top': seen('/sys/fs/cgroup/memory/memory.usage_in_bytes'),
+          **{path: seen(path) for path in PATHS}}
+for folder in ('/var/tmp', '/dev/shm', '/tmp'):
+    try:
+        open(os.path.join(folder, 'from-the-sandbox'), 'w').write('x')
+    except OSError:
+        pass
+"""
+
+
+@pytest.fixture
+def host_marks() -> Iterator[list[Path]]:
+    """Files of the host's own in the shared temp folders, readable by everyone."""
+    made = []
+    for folder in ("/var/tmp", "/dev/shm", "/tmp"):
+        handle, name = tempfile.mkstemp(prefix="gwmark-", dir=folder)
+        os.write(handle, b"the host's")
+        os.close(handle)
+        os.chmod(name, 0o644)
+        made.append(Path(name))
+    try:
+        yield made
+    finally:
+        for path in made:
+            path.unlink(missing_ok=True)
+        for folder in ("/var/tmp", "/dev/shm", "/tmp"):
+            Path(folder, "from-the-sandbox").unlink(missing_ok=True)
+
+
+def test_a_local_sandbox_sees_no_other_sandbox_and_nothing_of_the_hosts_temp(
+    tmp_path: Path, host_marks: list[Path]
+) -> None:
+    store = Path(tempfile.mkdtemp(prefix="gwstore-", dir="/var/lib"))
+    os.chmod(store, 0o755)
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
+    server = start_gateway("local", tokens=tokens, store=f"sqlite:///{store}/runs.sqlite3")
+    try:
+        os.chmod(store / "runs.sqlite3", 0o644)
+        ann, bob = server.client(token_of["ann"]), server.client(token_of["bob"])
+        busy = ann.request(
+            "POST", "/v1/runs", {"code": "import time; time.sleep(300)", "background": True}
+        )
+        assert busy.status == 202, busy.body
+        poll_run(ann, busy.json()["id"], until=lambda r: r["status"] == "running")
+        paths = [*map(str, host_marks), str(store / "runs.sqlite3"), "/var/tmp", "/dev/shm"]
+        record = bob.run(code=f"PATHS = {paths!r}\n{SEE_OTHERS}")
+        ann.request("DELETE", f"/v1/runs/{busy.json()['id']}")
+    finally:
+        server.stop()
+        for name in os.listdir(store):
+            os.unlink(store / name)
+        os.rmdir(store)
+    assert record["status"] == "succeeded", record
+    seen = record["result"]
+    # its own group at most (a cgroup of its own, where the machine gives one)
+    assert len(seen.pop("groups")) <= 1, record["result"]
+    assert seen.pop("top") == "No such file or directory", record["result"]
+    for mark in host_marks:
+        assert seen.pop(str(mark)) == "No such file or directory", record["result"]
+    # /dev/null in its place (which the read-only, nodev mount may refuse to open)
+    assert seen.pop(str(store / "runs.sqlite3")) in ("", "Permission denied"), seen
+    assert seen == {"/var/tmp": [], "/dev/shm": []}, seen
+    for folder in ("/var/tmp", "/dev/shm", "/tmp"):
+        assert not Path(folder, "from-the-sandbox").exists(), folder

@@ -73,7 +73,18 @@ _LAUNCHER = (
     'cd "$1" || exit 126; shift; n=$1; shift; '
     'while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'
 )
-HIDDEN = ("/run", "/var/run", "/root", "/home", "/var/lib/docker", "/var/lib/containerd")
+HIDDEN = (
+    "/run",
+    "/var/run",
+    "/root",
+    "/home",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/sys/fs/cgroup",  # every sandbox's group: its usage, its limits (issue 20, row 8)
+)
+HIDDEN_TMPFS_BYTES = 1 << 20  # the empty tmpfs over a hidden folder: room for mount points
+SHARED_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # a private tmpfs each, like Docker's /tmp
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOG_TAIL_BYTES = 4096  # of the kernel process's own output, kept for "why it died"
 FIRST_FD = 3  # descriptors handed to the sandbox start here (0-2: null, log, log)
 REAPER_GRACE = 3.0  # after SIGTERM to the reaper: how long before SIGKILL
@@ -345,17 +356,21 @@ class LocalSandbox(Sandbox):
             return [*_as_user(features.drop_to), *limited, *reaper, *argv], str(self.root / "tmp")
         command = _bwrap_base(features.bwrap, features.drop_to, self.spec.network)
         command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        command += ["--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
-        covered = ["/tmp"]  # folders a tmpfs replaces inside the sandbox
+        covered = []  # folders a tmpfs replaces inside the sandbox
+        for temp in SHARED_TEMP:  # private, like Docker's: shared temp space shows others'
+            command += ["--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", temp]
+            covered.append(temp)
         for hidden in [*HIDDEN, *map(str, self.backend.hidden_paths)]:
             if os.path.islink(hidden) or not os.path.exists(hidden):
                 continue
             if os.path.isdir(hidden):
+                command += ["--size", str(HIDDEN_TMPFS_BYTES), "--perms", "0755"]
                 command += ["--tmpfs", hidden]
                 covered.append(hidden)
             else:
                 command += ["--ro-bind", "/dev/null", hidden]
         mounts = [(p, False) for p in _needed_paths(self.backend.mpl_cache)]
+        mounts += [(str(d), False) for d in self._own_cgroup(command)]
         mounts += [(str(self.kdir), True), (str(self.workdir), True)]
         made: set[str] = set()
         for target, _ in mounts:  # folders on the way, reachable by the sandbox user
@@ -373,6 +388,19 @@ class LocalSandbox(Sandbox):
             command += ["--bind-fd" if writable else "--ro-bind-fd", handed(fd), target]
         command += ["--chdir", str(self.workdir), "--"]
         return [*command, *_as_user(features.drop_to), *limited, *argv], "/tmp"
+
+    def _own_cgroup(self, command: list[str]) -> list[Path]:
+        """The sandbox's own cgroup folders, to show (read-only) on the empty tmpfs that
+        hides every other group: their limits and usage are the kernel's to read, as in
+        a container. The names of co-mounted v1 controllers (`cpu` -> `cpu,cpuacct`) are
+        links; they are made again."""
+        if self.group is None:
+            return []
+        for name in self.group.dirs:
+            link = CGROUP_ROOT / name
+            if not self.group.v2 and link.is_symlink():
+                command += ["--symlink", os.readlink(link), str(link)]
+        return list(dict.fromkeys(self.group.dirs.values()))
 
     async def start(self) -> dict[str, Any]:
         if traits(self.spec.language).listens_on_loopback and (
