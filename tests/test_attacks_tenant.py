@@ -4,6 +4,7 @@ saw of other sandboxes and of the gateway, and per-uid kernel counters shared by
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ import pytest
 from gateway.auth import TokenTable, user_folder
 from tests.api import poll_run, write_tokens
 from tests.conftest import start_gateway
+from tests.stream_client import connect
+from tests.support import GatewayThread
 
 pytestmark = pytest.mark.attack
 
@@ -159,3 +162,182 @@ def test_a_local_sandbox_sees_no_other_sandbox_and_nothing_of_the_hosts_temp(
     assert seen == {"/var/tmp": [], "/dev/shm": []}, seen
     for folder in ("/var/tmp", "/dev/shm", "/tmp"):
         assert not Path(folder, "from-the-sandbox").exists(), folder
+
+
+# --- row 6: a workspace has a size limit ----------------------------------------------------
+
+QUOTA = 32 * MiB
+FILL = r"""
+import errno, os
+written, error = 0, None
+with open('fill', 'wb') as out:
+    try:
+        while written < LIMIT:
+            out.write(b'x' * 1048576)
+            out.flush()
+            written += 1048576
+        os.fsync(out.fileno())
+    except OSError as exc:
+        error = errno.errorcode[exc.errno]
+result = {'error': error, 'written': written}
+"""
+
+
+def disk_use(folder: Path) -> int:
+    """Bytes the files below `folder` take on the host's file system (sparse files as they
+    are; what is mounted below it is not the host's)."""
+    host = folder.stat().st_dev
+    used = 0
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if os.lstat(os.path.join(top, d)).st_dev == host]
+        for name in files:
+            used += os.lstat(os.path.join(top, name)).st_blocks * 512
+    return used
+
+
+@pytest.fixture
+def quota_gateway(
+    backend_name: str, tmp_path: Path
+) -> Iterator[tuple[GatewayThread, dict[str, str]]]:
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
+    (tmp_path / "ws").mkdir()
+    server = start_gateway(
+        backend_name,
+        tokens=tokens,
+        workspaces=tmp_path / "ws",
+        workspace_bytes=QUOTA,
+        workspace_inodes=4096,
+        pool_python=0,
+        pool_bash=0,
+        pool_deno=0,
+    )
+    try:
+        yield server, token_of
+    finally:
+        server.stop()
+
+
+def test_a_workspace_fills_its_own_quota_and_no_more(
+    quota_gateway: tuple[GatewayThread, dict[str, str]], tmp_path: Path
+) -> None:
+    server, token_of = quota_gateway
+    ann, bob = server.client(token_of["ann"]), server.client(token_of["bob"])
+    before = disk_use(tmp_path / "ws")
+    record = ann.run(code=f"LIMIT = {4 * QUOTA}\n{FILL}", working_dir=".", timeout=120)
+    # a full workspace is the run's own business: ENOSPC inside, a result like any other
+    assert record["status"] == "succeeded", record
+    assert record["result"]["error"] == "ENOSPC", record["result"]
+    assert record["result"]["written"] <= QUOTA, record["result"]
+    # what the host's disk holds for it: the image, no more (its metadata included)
+    assert disk_use(tmp_path / "ws") - before <= QUOTA + MiB
+    # another user's quota is their own: still room for bob
+    theirs = bob.run(code=f"LIMIT = {8 * MiB}\n{FILL}", working_dir=".", timeout=120)
+    assert theirs["result"] == {"error": None, "written": 8 * MiB}, theirs
+    # and ann's room comes back when she deletes (the image gives its blocks back)
+    again = ann.run(
+        code=f"import os\nos.remove('fill')\nLIMIT = {8 * MiB}\n{FILL}", working_dir="."
+    )
+    assert again["result"] == {"error": None, "written": 8 * MiB}, again
+
+
+def test_a_workspace_from_before_quotas_moves_into_its_image(
+    backend_name: str, tmp_path: Path
+) -> None:
+    from gateway.settings import SANDBOX_ID
+
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
+    ws = tmp_path / "ws"
+    (ws / "ann" / "proj").mkdir(parents=True)
+    (ws / "ann" / "proj" / "notes.txt").write_text("from before")
+    (ws / "ann" / "link").symlink_to("/etc/passwd")
+    for path in (ws / "ann", ws / "ann" / "proj", ws / "ann" / "proj" / "notes.txt"):
+        os.lchown(path, SANDBOX_ID, SANDBOX_ID)  # what the old shared uid's runs left
+    (ws / "bob").mkdir()
+    (ws / "bob" / "big").write_bytes(b"x" * (2 * QUOTA))
+    server = start_gateway(
+        backend_name, tokens=tokens, workspaces=ws, workspace_bytes=QUOTA, workspace_inodes=4096
+    )
+    try:
+        ann, bob = server.client(token_of["ann"]), server.client(token_of["bob"])
+        code = (
+            "import os\n"
+            "open('proj/notes.txt', 'a').write(' and after')\n"
+            "result = [open('proj/notes.txt').read(), os.readlink('link'), sorted(os.listdir('.'))]"
+        )
+        record = ann.run(code=code, working_dir=".")
+        assert record["status"] == "succeeded", record
+        assert record["result"] == ["from before and after", "/etc/passwd", ["link", "proj"]]
+        # bob's files do not fit his quota: refused, and left where they are
+        refused = bob.request("POST", "/v1/runs", {"code": "1", "working_dir": "."})
+        assert refused.status == 400, refused.body
+        assert "could not be moved" in refused.json()["error"]["message"]
+        assert (ws / "bob" / "big").stat().st_size == 2 * QUOTA
+    finally:
+        server.stop()
+    # stopped: nothing mounted any more, and the folder under the mount point is empty
+    assert os.listdir(ws / "ann") == []
+    again = start_gateway(backend_name, tokens=tokens, workspaces=ws, workspace_bytes=QUOTA)
+    try:
+        record = again.client(token_of["ann"]).run(
+            code="result = open('proj/notes.txt').read()", working_dir="."
+        )
+        assert record["result"] == "from before and after", record
+    finally:
+        again.stop()
+
+
+# --- a uid of its own per sandbox -------------------------------------------------------------
+
+
+def test_sandboxes_alive_at_once_have_uids_of_their_own(backend_name: str, tmp_path: Path) -> None:
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
+    server = start_gateway(backend_name, tokens=tokens, workspaces=tmp_path / "ws")
+
+    async def both() -> tuple[int, int, list[int]]:
+        headers = {"Authorization": f"Bearer {token_of['ann']}"}
+        async with connect(server.port, headers=headers) as stream:
+            code = "import os, time\nprint(os.getuid(), flush=True)\ntime.sleep(300)"
+            stream.send({"type": "run", "ref": "a", "code": code, "timeout": 300})
+            event = await stream.until(lambda e: e["type"] == "output" and e["ref"] == "a")
+            first = int(event["output"]["text"])
+            bob = server.client(token_of["bob"])
+            seconds = [
+                (await asyncio.to_thread(bob.run, code="import os\nresult = os.getuid()"))["result"]
+                for _ in range(2)
+            ]
+            second = (
+                await asyncio.to_thread(
+                    bob.run, code="import os\nresult = os.getuid()", working_dir="."
+                )
+            )["result"]
+            stream.send({"type": "cancel", "ref": "a"})
+            await stream.done("a")
+        return first, second, seconds
+
+    try:
+        first, in_workspace, others = asyncio.run(both())
+    finally:
+        server.stop()
+    assert first not in others and first != in_workspace, (first, others, in_workspace)
+    assert in_workspace not in others
+
+
+def test_a_users_later_run_may_write_what_an_earlier_one_left(
+    backend_name: str, tmp_path: Path
+) -> None:
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann")
+    server = start_gateway(backend_name, tokens=tokens, workspaces=tmp_path / "ws")
+    try:
+        ann = server.client(token_of["ann"])
+        made = "import os\nos.makedirs('d/e')\nopen('d/e/f.txt', 'w').write('1')"
+        assert ann.run(code=made, working_dir=".")["status"] == "succeeded"
+        change = (
+            "import os, shutil\n"
+            "open('d/e/f.txt', 'a').write('2')\n"
+            "result = open('d/e/f.txt').read()\n"
+            "shutil.rmtree('d')\n"
+        )
+        record = ann.run(code=change, working_dir=".")
+        assert record["status"] == "succeeded" and record["result"] == "12", record
+    finally:
+        server.stop()

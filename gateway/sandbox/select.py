@@ -69,7 +69,8 @@ async def choose_backend(
             from gateway.sandbox.docker import DockerBackend
 
             reason = "requested" if settings.backend == "docker" else why
-            return DockerBackend(settings, ident), f"backend docker ({reason})"
+            backend = DockerBackend(settings, ident, multi_user=multi_user)
+            return backend, f"backend docker ({reason})"
         if settings.backend == "docker":
             raise RuntimeError(f"--backend docker was requested but {why}")
         if multi_user:
