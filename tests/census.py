@@ -248,12 +248,38 @@ def workspace_mounts() -> list[str]:
         return []
     prefixes = tuple(os.fsencode(r) + b"/" for r in roots)
     found = [f"mount {os.fsdecode(p)}" for p in _mount_points() if p.startswith(prefixes)]
+    loops = {}
     for entry in Path("/sys/block").glob("loop*"):
         with contextlib.suppress(OSError):
             held = (entry / "loop" / "backing_file").read_bytes().rstrip(b"\n")
             if held.startswith(prefixes):
-                found.append(f"loop device {entry.name} ({os.fsdecode(held)})")
+                device = (entry / "dev").read_bytes().strip()
+                loops[device] = f"loop device {entry.name} ({os.fsdecode(held)})"
+    if loops:
+        # A sandbox that bubblewrap started while a workspace was mounted holds a copy of
+        # that mount (its root is a recursive bind of /) until it ends: any gateway's on
+        # this machine, a pooled kernel of a live one say. A loop device is left behind
+        # only when no mount namespace holds its file system any more (autoclear failed).
+        held = _mounted_devices(set(loops))
+        found += [what for device, what in loops.items() if device not in held]
     return sorted(found)
+
+
+def _mounted_devices(wanted: set[bytes]) -> set[bytes]:
+    """Which of the `major:minor` devices some mount namespace on the machine mounts."""
+    seen_namespaces: set[str] = set()
+    found: set[bytes] = set()
+    for pid in [name for name in os.listdir("/proc") if name.isdigit()]:
+        with contextlib.suppress(OSError):
+            namespace = os.readlink(f"/proc/{pid}/ns/mnt")
+            if namespace in seen_namespaces:
+                continue
+            seen_namespaces.add(namespace)
+            with open(f"/proc/{pid}/mountinfo", "rb") as info:
+                found.update(line.split()[2] for line in info)
+        if wanted <= found:
+            break
+    return found & wanted
 
 
 # --- Docker -----------------------------------------------------------------------------------
@@ -359,10 +385,10 @@ def clean_up() -> None:
     for folder in sandbox_folders():
         with contextlib.suppress(OSError):
             remove_tree(Path(folder))  # unmounts a sandbox's tmpfs first
+        shutil.rmtree(folder, ignore_errors=True)
     for leftover in workspace_mounts():
         if leftover.startswith("mount "):  # its loop device goes with it (autoclear)
             subprocess.run(["umount", "-l", leftover[len("mount ") :]], check=False)
-        shutil.rmtree(folder, ignore_errors=True)
     if DOCKER_INSTANCES:
         with contextlib.suppress(Exception):
             client = _docker_client()

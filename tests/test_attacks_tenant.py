@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from gateway.auth import TokenTable, user_folder
+from gateway.sandbox.mounts import mount_source
 from tests.api import poll_run, write_tokens
 from tests.conftest import start_gateway
 from tests.stream_client import connect
-from tests.support import GatewayThread
+from tests.support import GatewayProcess, GatewayThread
 
 pytestmark = pytest.mark.attack
 
@@ -341,3 +343,25 @@ def test_a_users_later_run_may_write_what_an_earlier_one_left(
         assert record["status"] == "succeeded" and record["result"] == "12", record
     finally:
         server.stop()
+
+
+def test_a_workspace_a_dead_gateway_left_mounted_is_found_again(tmp_path: Path) -> None:
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    data.mkdir()
+    process = GatewayProcess("local", data, workspaces=ws, workspace_bytes=QUOTA).start()
+    try:
+        made = process.client.run(code="open('kept.txt', 'w').write('kept')", working_dir=".")
+        assert made["status"] == "succeeded", made
+    finally:
+        process.signal(signal.SIGKILL)
+    assert mount_source(ws / "local") is not None  # what the dead gateway left
+    server = start_gateway(
+        "local", instance_id=process.instance, data_dir=data, workspaces=ws, workspace_bytes=QUOTA
+    )
+    try:
+        assert mount_source(ws / "local") is None  # nobody held it: unmounted at start
+        record = server.client().run(code="result = open('kept.txt').read()", working_dir=".")
+        assert record["result"] == "kept", record
+    finally:
+        server.stop()
+    assert mount_source(ws / "local") is None and os.listdir(ws / "local") == []

@@ -90,21 +90,32 @@ def backing_file(device: str) -> str | None:
 def loop_holding(image: Path) -> str | None:
     """The loop device (`/dev/loopN`) that holds `image` now, if one does."""
     wanted = str(image)
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/sys/block"):
-            if entry.name.startswith("loop") and backing_file(entry.name) == wanted:
-                return f"/dev/{entry.name}"
+    for name in _loop_names():
+        if backing_file(name) == wanted:
+            return f"/dev/{name}"
     return None
+
+
+def _loop_names() -> list[str]:
+    try:
+        return [name for name in os.listdir("/sys/block") if name.startswith("loop")]
+    except OSError:
+        return []
+
+
+def _loop_names() -> list[str]:
+    try:
+        return [name for name in os.listdir("/sys/block") if name.startswith("loop")]
+    except OSError:
+        return []
 
 
 def loops_backed_below(folder: Path) -> list[str]:
     """Loop devices whose file lies in `folder` (for leak checks): `loopN file`."""
     prefix = str(folder).rstrip("/") + "/"
     found = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/sys/block"):
-            if entry.name.startswith("loop"):
-                held = backing_file(entry.name)
-                if held is not None and held.startswith(prefix):
-                    found.append(f"{entry.name} {held}")
+    for name in _loop_names():
+        held = backing_file(name)
+        if held is not None and held.startswith(prefix):
+            found.append(f"{name} {held}")
     return sorted(found)

@@ -18,7 +18,10 @@ to mount, then shared while this gateway keeps the mount), kept while the gatewa
 (two runs of one user share it), unmounted at stop unless another gateway on this
 machine still holds it. A mount left by a gateway that died is found at the next use
 and reused, or unmounted when any gateway starts if nobody holds it. Loop devices go
-with their last mount (loop.py).
+with their last mount (loop.py): a bubblewrap sandbox (any gateway's on the machine)
+started while an image was mounted holds a copy of that mount (its root is a recursive
+bind of /, beneath the tmpfs that hides the workspaces) until it ends, so a device may
+outlive our unmount that long; mounting the image again then reuses that device.
 
 A user folder with files from before quotas is migrated when its image is made: copied
 into the new image (`cp -a`; what the old shared sandbox uid owned becomes the user's),
