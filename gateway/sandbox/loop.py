@@ -101,21 +101,3 @@ def _loop_names() -> list[str]:
         return [name for name in os.listdir("/sys/block") if name.startswith("loop")]
     except OSError:
         return []
-
-
-def _loop_names() -> list[str]:
-    try:
-        return [name for name in os.listdir("/sys/block") if name.startswith("loop")]
-    except OSError:
-        return []
-
-
-def loops_backed_below(folder: Path) -> list[str]:
-    """Loop devices whose file lies in `folder` (for leak checks): `loopN file`."""
-    prefix = str(folder).rstrip("/") + "/"
-    found = []
-    for name in _loop_names():
-        held = backing_file(name)
-        if held is not None and held.startswith(prefix):
-            found.append(f"{name} {held}")
-    return sorted(found)
