@@ -6,6 +6,7 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import re
 import urllib.parse
 from pathlib import Path
 from typing import Literal
@@ -24,6 +25,43 @@ class Principal:
 
 
 SINGLE_USER = Principal(user="local", role="admin")
+
+_KEPT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+NAME_MAX = 255  # bytes in one file name (Linux)
+
+
+def user_folder(user: str) -> str:
+    """The name of a user's folder under the workspaces root, one per user name.
+
+    A name of `[A-Za-z0-9_-][A-Za-z0-9_.-]*` is its own folder (so folders made before
+    kept their names); any other becomes `~` and the hex of its UTF-8 bytes, which no
+    kept name can be (none starts with `~`). Different names never share a folder, and
+    no user's folder starts with `.` (the workspaces root's `.images` is the gateway's).
+    """
+    if _KEPT_NAME.fullmatch(user):
+        return user
+    return "~" + user.encode("utf-8", "surrogatepass").hex()
+
+
+def is_user_folder(name: str) -> bool:
+    """Whether `name` is what `user_folder` makes of some user name."""
+    if not name.startswith("~"):
+        return _KEPT_NAME.fullmatch(name) is not None
+    try:
+        user = bytes.fromhex(name[1:]).decode("utf-8", "surrogatepass")
+    except ValueError:
+        return False
+    return user_folder(user) == name
+
+
+def check_user_name(user: str) -> None:
+    """Raise ValueError when `user` cannot have a folder (its name would be too long)."""
+    size = len(user_folder(user))  # ASCII
+    if size > NAME_MAX:
+        raise ValueError(
+            f"the user name {user[:40]!r}... would need a workspace folder name of {size} "
+            f"bytes (at most {NAME_MAX}): shorten it"
+        )
 
 
 class TokenTable:
@@ -57,6 +95,10 @@ class TokenTable:
                 raise ValueError(f"{path}: role must be 'user' or 'admin', not {role!r}")
             if len(token) < 16:
                 raise ValueError(f"{path}: tokens must be at least 16 characters")
+            try:
+                check_user_name(spec["user"])
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from None
             entries[token] = Principal(user=spec["user"], role=role)
         return cls(entries)
 

@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.extras import missing
 
@@ -63,6 +70,17 @@ class Settings(BaseModel):
         le=3600,
     )
     workspaces: Path | None = setting(None, "root of the users' persistent workspaces")
+    workspace_bytes: int = setting(
+        1 * GiB,
+        "size of each user's workspace: a file system image of its own under the workspaces "
+        "root's .images (root and loop devices); 0: plain folders without a size limit",
+        ge=0,
+    )
+    workspace_inodes: int = setting(
+        131072,
+        "files and folders each user's workspace may hold (at most one per 4 KiB of it)",
+        ge=64,
+    )
     tokens: Path | None = setting(None, 'JSON file {"<token>": {"user": ..., "role": ...}}')
     allow_uploads: bool = setting(False, "enable POST /v1/uploads and the archive field")
     allow_network: bool = setting(False, "let runs ask for outbound network (network: true)")
@@ -201,14 +219,45 @@ class Settings(BaseModel):
     )
     sandbox_uid: int = setting(
         SANDBOX_ID,
-        "uid kernels run as: keep it outside the host's account range",
+        "first uid kernels run as: keep it and the uids above it outside the host's account range",
         ge=1,
         le=2**32 - 2,
+    )
+    sandbox_uids: int = setting(
+        65536,
+        "how many uids sandboxes take, one each while alive, from sandbox_uid + 1 up "
+        "(users' workspaces get one each above them; sandbox_uid itself runs admin folders "
+        "and workspaces without a quota)",
+        ge=1,
+        le=2**31,
     )
     sandbox_gid: int = setting(SANDBOX_ID, "gid kernels run as", ge=1, le=2**32 - 2)
     instance_id: str | None = setting(
         None, "gateway instance id (default: kept in data_dir)", pattern=r"^[A-Za-z0-9_-]{1,64}$"
     )
+
+    @field_validator("workspace_bytes", mode="after")
+    @classmethod
+    def _image_size(cls, value: int) -> int:
+        if 0 < value < 16 * MiB:
+            raise ValueError("a workspace needs at least 16 MiB (or 0: no size limit)")
+        return value
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Settings:
+        if self.sandbox_uid + self.sandbox_uids >= 2**32 - 2:
+            raise ValueError(
+                "sandbox_uid + sandbox_uids must stay below 4294967294, with room above for "
+                "the users' workspaces"
+            )
+        if self.workspaces is not None:
+            for folder in self.admin_dirs:
+                if self.workspaces.is_relative_to(os.path.abspath(folder)):
+                    raise ValueError(
+                        f"admin_dirs: {folder} holds the workspaces root {self.workspaces}, "
+                        "whose users' folders have quotas of their own: name folders beside it"
+                    )
+        return self
 
     @field_validator("admin_dirs", "allowed_origins", "preload", mode="before")
     @classmethod

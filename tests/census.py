@@ -14,7 +14,8 @@ Docker: containers and volumes labelled with the instance id of a gateway this s
 started, asked of the engine through the Docker SDK. A census that cannot ask (no engine,
 a timeout, an API error) raises `CensusError`: the test fails, it never reads as clean.
 
-Also folders under the temp dir and cgroups named after our instances.
+Also folders under the temp dir and cgroups named after our instances, and workspace
+images left mounted (or held by a loop device) by a gateway that has stopped.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import contextlib
 import ctypes
 import dataclasses
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -42,6 +44,10 @@ DOCKER_INSTANCES: set[str] = set()
 # Each has `pooled()`, the footprints (gateway.sandbox.base.Footprint) of those kernels;
 # what a run left behind is never among them (a pooled kernel leaves its pool when taken).
 LIVE_GATEWAYS: set[Any] = set()
+# Workspaces roots of the gateways this test process started: a live gateway keeps its
+# users' workspace images mounted there (quota.py); once it stops, none may stay mounted
+# and no loop device may hold an image of theirs.
+WORKSPACE_ROOTS: set[Path] = set()
 
 
 def _pooled() -> dict[str, set[Any]]:
@@ -228,6 +234,54 @@ def sandbox_cgroups() -> list[str]:
     )
 
 
+def _mount_points() -> list[bytes]:
+    with open("/proc/self/mountinfo", "rb") as info:
+        return [line.split()[4] for line in info]
+
+
+def workspace_mounts() -> list[str]:
+    """Workspace images still mounted, or still held by a loop device, under the roots
+    of gateways that have stopped."""
+    live = {getattr(g, "workspace_root", None) for g in list(LIVE_GATEWAYS)}
+    roots = [r for r in WORKSPACE_ROOTS if r not in live]
+    if not roots:
+        return []
+    prefixes = tuple(os.fsencode(r) + b"/" for r in roots)
+    found = [f"mount {os.fsdecode(p)}" for p in _mount_points() if p.startswith(prefixes)]
+    loops = {}
+    for entry in Path("/sys/block").glob("loop*"):
+        with contextlib.suppress(OSError):
+            held = (entry / "loop" / "backing_file").read_bytes().rstrip(b"\n")
+            if held.startswith(prefixes):
+                device = (entry / "dev").read_bytes().strip()
+                loops[device] = f"loop device {entry.name} ({os.fsdecode(held)})"
+    if loops:
+        # A sandbox that bubblewrap started while a workspace was mounted holds a copy of
+        # that mount (its root is a recursive bind of /) until it ends: any gateway's on
+        # this machine, a pooled kernel of a live one say. A loop device is left behind
+        # only when no mount namespace holds its file system any more (autoclear failed).
+        held = _mounted_devices(set(loops))
+        found += [what for device, what in loops.items() if device not in held]
+    return sorted(found)
+
+
+def _mounted_devices(wanted: set[bytes]) -> set[bytes]:
+    """Which of the `major:minor` devices some mount namespace on the machine mounts."""
+    seen_namespaces: set[str] = set()
+    found: set[bytes] = set()
+    for pid in [name for name in os.listdir("/proc") if name.isdigit()]:
+        with contextlib.suppress(OSError):
+            namespace = os.readlink(f"/proc/{pid}/ns/mnt")
+            if namespace in seen_namespaces:
+                continue
+            seen_namespaces.add(namespace)
+            with open(f"/proc/{pid}/mountinfo", "rb") as info:
+                found.update(line.split()[2] for line in info)
+        if wanted <= found:
+            break
+    return found & wanted
+
+
 # --- Docker -----------------------------------------------------------------------------------
 
 _docker: dict[str, Any] = {}
@@ -281,7 +335,8 @@ def docker_leftovers() -> list[str]:
 def census() -> list[str]:
     """Everything a sandbox left behind; empty when clean. Raises CensusError if it cannot tell."""
     found = [f"process {p}" for p in stray_processes()]
-    return found + sandbox_folders() + sandbox_mounts() + sandbox_cgroups() + docker_leftovers()
+    found += sandbox_folders() + sandbox_mounts() + sandbox_cgroups() + workspace_mounts()
+    return found + docker_leftovers()
 
 
 # How long a gateway may take to settle: longer than a kernel start may take before it fails
@@ -307,7 +362,13 @@ def after_teardown(timeout: float = SETTLE_TIMEOUT) -> list[str]:
 
 def sandboxes_exist() -> bool:
     """Whether some sandbox of ours is there now (a folder, a cgroup or a container)."""
-    return bool(sandbox_folders() or sandbox_mounts() or sandbox_cgroups() or docker_leftovers())
+    return bool(
+        sandbox_folders()
+        or sandbox_mounts()
+        or sandbox_cgroups()
+        or workspace_mounts()
+        or docker_leftovers()
+    )
 
 
 def clean_up() -> None:
@@ -325,6 +386,9 @@ def clean_up() -> None:
         with contextlib.suppress(OSError):
             remove_tree(Path(folder))  # unmounts a sandbox's tmpfs first
         shutil.rmtree(folder, ignore_errors=True)
+    for leftover in workspace_mounts():
+        if leftover.startswith("mount "):  # its loop device goes with it (autoclear)
+            subprocess.run(["umount", "-l", leftover[len("mount ") :]], check=False)
     if DOCKER_INSTANCES:
         with contextlib.suppress(Exception):
             client = _docker_client()

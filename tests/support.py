@@ -110,6 +110,9 @@ class GatewayThread:
             census.DOCKER_INSTANCES.add(overrides["instance_id"])
         try:
             self.settings = settings_module.load(environ={}, overrides=overrides)
+            self.workspace_root = self.settings.workspaces
+            if self.workspace_root is not None:
+                census.WORKSPACE_ROOTS.add(self.workspace_root)
             self.gateway = Gateway(self.settings)
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)

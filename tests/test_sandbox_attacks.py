@@ -8,6 +8,7 @@ their own module.
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 import sys
 from collections.abc import Iterator
@@ -102,7 +103,11 @@ def test_workspace_files_belong_to_no_host_account_and_the_mount_is_nosuid(
     record = workspaces.client().run(code=code, working_dir="proj")
     assert record["status"] == "succeeded", record
     made = tmp_path / "ws" / "local" / "proj" / "made.txt"
-    assert (made.stat().st_uid, made.stat().st_gid) == (SANDBOX_ID, SANDBOX_ID)
+    # the user's own uid, above the range sandboxes take one each from
+    first_user_uid = SANDBOX_ID + workspaces.settings.sandbox_uids + 1
+    assert made.stat().st_uid >= first_user_uid and made.stat().st_gid == SANDBOX_ID
+    with pytest.raises(KeyError):
+        pwd.getpwuid(made.stat().st_uid)
     options = set(",".join(record["result"]).split(","))
     assert {"nosuid", "nodev"} <= options, record["result"]
 
@@ -176,8 +181,9 @@ def test_local_kernels_are_not_root_and_see_no_host_secrets(tmp_path: Path) -> N
         needed = {sys.prefix, sys.base_prefix}
         ways = {Path(p).relative_to("/root").parts[0] for p in needed if p.startswith("/root/")}
         assert set(seen.pop("root")) <= ways, record
+        # a uid of its own, from the sandboxes' range: no host account, never root
+        assert SANDBOX_ID < seen.pop("uid") <= SANDBOX_ID + server.settings.sandbox_uids
         assert seen == {
-            "uid": SANDBOX_ID,
             "gid": SANDBOX_ID,
             "docker": False,
             "home": [],

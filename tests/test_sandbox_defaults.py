@@ -85,6 +85,7 @@ def test_the_documented_defaults_are_the_settings_defaults() -> None:
     assert (defaults.cpus, defaults.memory_bytes, defaults.pids) == (1.0, GiB, 256)
     assert defaults.workdir_bytes == GiB and defaults.allow_network is False
     assert defaults.sandbox_uid == defaults.sandbox_gid == 1_000_000_000
+    assert defaults.sandbox_uids == 65536 and defaults.workspace_bytes == GiB
 
 
 def test_a_kernel_runs_under_the_default_limits(gateway: GatewayThread, client: Client) -> None:
@@ -116,7 +117,9 @@ def test_a_kernel_runs_under_the_default_limits(gateway: GatewayThread, client: 
     assert int(limits["quota"]) / int(limits["period"]) == 1.0, limits
 
     status = seen["status"]
-    uid, gid = settings.sandbox_uid, settings.sandbox_gid
+    # a uid of its own (real, effective, saved, fs alike), from the sandboxes' range
+    uid, gid = int(status["Uid"][0]), settings.sandbox_gid
+    assert settings.sandbox_uid < uid <= settings.sandbox_uid + settings.sandbox_uids, status
     assert status["Uid"] == [str(uid)] * 4 and status["Gid"] == [str(gid)] * 4, status
     assert uid != 0 and gid != 0
     assert status["NoNewPrivs"] == ["1"], status

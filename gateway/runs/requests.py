@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gateway.auth import Principal
+from gateway.auth import Principal, is_user_folder, user_folder
 from gateway.errors import Forbidden, InvalidPath, InvalidRequest, PayloadTooLarge
 from gateway.models.notebook import (
     NotebookBody,
@@ -25,7 +25,7 @@ from gateway.models.notebook import (
 )
 from gateway.models.request import NotebookRequest, RunRequest, StagedFile, WorkspaceRef
 from gateway.models.run import FileBody, RunBody, check_vars
-from gateway.sandbox.workspace import split_below, user_folder
+from gateway.sandbox.workspace import split_below
 from gateway.settings import Settings
 
 
@@ -184,7 +184,17 @@ def workspace(
     root = settings.workspaces
     mine = user_folder(caller.user)
     if caller.is_admin and value.startswith("/"):
-        for allowed in [*(Path(d) for d in settings.admin_dirs), root]:
+        parts = split_below(root, value)  # first: an admin folder may hold the root
+        if parts is not None:
+            if not parts or not is_user_folder(parts[0]):
+                # the root holds every user's folder (each with its owner's quota and
+                # uid) and the gateway's images: a run goes into one user's folder
+                raise Forbidden(
+                    f"{value} is not inside a user's workspace: name a folder below {root}/<user>.",
+                    field="working_dir",
+                )
+            return WorkspaceRef(root, parts)
+        for allowed in (Path(d) for d in settings.admin_dirs):
             parts = split_below(allowed, value)
             if parts is not None:
                 return WorkspaceRef(allowed, parts)

@@ -1,8 +1,8 @@
 """`DockerSandbox`: one container per kernel (production).
 
 Each container: no network (`network_mode: none`), ZMQ over ipc sockets on a tiny tmpfs,
-read-only root, a size-limited tmpfs working folder and /tmp, the dedicated
-sandbox uid/gid (`sandbox_uid`, outside the host's account range), all capabilities
+read-only root, a size-limited tmpfs working folder and /tmp, a uid of its own
+(`tenancy.py`: outside the host's account range) and `sandbox_gid`, all capabilities
 dropped, no-new-privileges, an init, memory (swap off), CPU and pids limits, and no
 container log on the host (`log_config: none`: a kernel writing to its own stdout cannot
 fill the host's disk).
@@ -83,6 +83,7 @@ from gateway.sandbox.mounts import bind_fd, mount_tmpfs, remove_tree
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
+from gateway.sandbox.tenancy import Identity, Tenancy
 from gateway.sandbox.workspace import open_workspace
 from gateway.settings import Settings
 
@@ -160,8 +161,9 @@ def remove_container(container: Any) -> None:
 class DockerBackend(SandboxBackend):
     name = "docker"
 
-    def __init__(self, settings: Settings, instance_id: str) -> None:
+    def __init__(self, settings: Settings, instance_id: str, multi_user: bool = False) -> None:
         self.settings = settings
+        self.tenancy = Tenancy(settings, multi_user)
         self.instance_id = instance_id
         self.prefix = f"gw{instance_id[:6]}-"
         workers = settings.max_concurrent_runs * 2 + 4
@@ -209,6 +211,7 @@ class DockerBackend(SandboxBackend):
         self._client = await self.call(docker.from_env, timeout=timeout, max_pool_size=pool)
         if self.settings.allow_network:
             await self.call(self._check_network)
+        await self.tenancy.startup(switch_users=True)
         removed = await self.call(self._remove_ours)
         if removed:
             log.warning(
@@ -233,6 +236,7 @@ class DockerBackend(SandboxBackend):
             self._client.close()
             self._client = None
         self._kill_executor.shutdown(wait=False, cancel_futures=True)
+        await self.tenancy.shutdown()
 
     def _check_network(self) -> None:
         """`network: true` joins the operator's own network, never the host's or the
@@ -275,14 +279,16 @@ class DockerBackend(SandboxBackend):
         return count
 
     async def create(self, spec: SandboxSpec) -> DockerSandbox:
-        sandbox = DockerSandbox(self, spec)
+        identity = await self.tenancy.identity(spec.workspace)
+        try:
+            sandbox = DockerSandbox(self, spec, identity)
+        except BaseException:
+            identity.release()
+            raise
         try:
             if spec.workspace is not None:
                 sandbox.workspace_fd = await asyncio.to_thread(
-                    open_workspace,
-                    spec.workspace,
-                    self.settings.sandbox_uid,
-                    self.settings.sandbox_gid,
+                    open_workspace, spec.workspace, identity.uid, identity.gid
                 )
             await self.call(sandbox.create_blocking)
             sandbox.exited = self.watcher.watch(sandbox.container.id)
@@ -293,9 +299,10 @@ class DockerBackend(SandboxBackend):
 
 
 class DockerSandbox(Sandbox):
-    def __init__(self, backend: DockerBackend, spec: SandboxSpec) -> None:
+    def __init__(self, backend: DockerBackend, spec: SandboxSpec, identity: Identity) -> None:
         self.backend = backend
         self.spec = spec
+        self.identity = identity  # who the kernel runs as (tenancy.py)
         self.settings = backend.settings
         self.labels = {LABEL_INSTANCE: backend.instance_id, LABEL_RUN: spec.run_id}
         self.host_dir = Path(tempfile.mkdtemp(prefix=backend.prefix))  # root-only (0700)
@@ -327,7 +334,7 @@ class DockerSandbox(Sandbox):
 
     def create_blocking(self) -> None:
         limits, settings = self.spec.limits, self.settings
-        ids = f"uid={settings.sandbox_uid},gid={settings.sandbox_gid}"
+        ids = f"uid={self.identity.uid},gid={self.identity.gid}"
         # the kernel's until it has bound its sockets, then root's (sockets.py)
         self._tmpfs(self.socket_dir, f"size=1m,nr_inodes=64,{ids},mode=0700", noexec=True)
         mounts = [Mount(SOCKET_DIR, str(self.socket_dir), type="bind")]
@@ -384,7 +391,7 @@ class DockerSandbox(Sandbox):
             command=logged,
             name=self.name,
             hostname=hostname,
-            user=f"{settings.sandbox_uid}:{settings.sandbox_gid}",
+            user=f"{self.identity.uid}:{self.identity.gid}",
             working_dir=WORKDIR,
             environment=env,
             labels=self.labels,
@@ -419,9 +426,7 @@ class DockerSandbox(Sandbox):
     def _stage_blocking(self) -> None:
         fd = self._work_fd()
         try:
-            write_staged_files(
-                fd, self._staged, self.settings.sandbox_uid, self.settings.sandbox_gid
-            )
+            write_staged_files(fd, self._staged, self.identity.uid, self.identity.gid)
         finally:
             os.close(fd)
 
@@ -466,7 +471,7 @@ class DockerSandbox(Sandbox):
             await secure_sockets(
                 socket_dir,
                 "s",
-                self.settings.sandbox_uid,
+                self.identity.uid,
                 asyncio.shield(self.exited),
                 self.settings.kernel_start_timeout,
             )
@@ -586,4 +591,7 @@ class DockerSandbox(Sandbox):
             if self.workspace_fd is not None:
                 os.close(self.workspace_fd)
                 self.workspace_fd = None
-            await asyncio.to_thread(remove_tree, self.host_dir)
+            try:
+                await asyncio.to_thread(remove_tree, self.host_dir)
+            finally:
+                self.identity.release()  # the container is gone: another may have its uid

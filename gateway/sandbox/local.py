@@ -2,8 +2,9 @@
 
 What each kernel gets, where the machine allows it (README, "What each backend isolates"):
 
-- **its own user**: when the gateway runs as root, the kernel runs as `sandbox_uid` /
-  `sandbox_gid` (`setpriv`, no new privileges), never as root;
+- **its own user**: when the gateway runs as root, the kernel runs as a uid of its own
+  (`tenancy.py`: leased per sandbox, or its workspace owner's) and `sandbox_gid`
+  (`setpriv`, no new privileges), never as root;
 - **a bubblewrap sandbox** (`bwrap`, run unprivileged through user namespaces): new pid,
   net, ipc and uts namespaces, no capabilities, the host read-only, a private /tmp, and
   /run, /var/run, /root, /home, Docker's folders and the gateway's own files (data dir,
@@ -63,6 +64,7 @@ from gateway.sandbox.kernelspec import (
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
+from gateway.sandbox.tenancy import Identity, Tenancy
 from gateway.sandbox.workspace import open_workspace
 from gateway.settings import Settings
 
@@ -73,7 +75,18 @@ _LAUNCHER = (
     'cd "$1" || exit 126; shift; n=$1; shift; '
     'while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'
 )
-HIDDEN = ("/run", "/var/run", "/root", "/home", "/var/lib/docker", "/var/lib/containerd")
+HIDDEN = (
+    "/run",
+    "/var/run",
+    "/root",
+    "/home",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/sys/fs/cgroup",  # every sandbox's group: its usage, its limits (issue 20, row 8)
+)
+HIDDEN_TMPFS_BYTES = 1 << 20  # the empty tmpfs over a hidden folder: room for mount points
+SHARED_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # a private tmpfs each, like Docker's /tmp
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOG_TAIL_BYTES = 4096  # of the kernel process's own output, kept for "why it died"
 FIRST_FD = 3  # descriptors handed to the sandbox start here (0-2: null, log, log)
 REAPER_GRACE = 3.0  # after SIGTERM to the reaper: how long before SIGKILL
@@ -85,13 +98,13 @@ NPROC_MARGIN = 128  # without a cgroup: tasks of the uid that may start alongsid
 class LocalFeatures:
     bwrap: str | None
     cgroups: bool
-    drop_to: tuple[int, int] | None  # (uid, gid) the kernel runs as; None: the gateway's
+    drop_to: tuple[int, int] | None  # the base (uid, gid) kernels drop to; None: no drop
 
     def describe(self) -> str:
         parts = ["bubblewrap namespaces" if self.bwrap else "no bubblewrap (process group only)"]
         parts.append("cgroup limits" if self.cgroups else "no cgroup (rlimits only)")
         if self.drop_to is not None:
-            parts.append(f"uid {self.drop_to[0]}")
+            parts.append("a uid of its own")
         return ", ".join(parts)
 
 
@@ -172,6 +185,7 @@ class LocalBackend(SandboxBackend):
         self.mpl_cache = settings.data_dir / "mplcache"
         self.hidden_paths = list(hidden_paths)
         self.features = LocalFeatures(bwrap=None, cgroups=False, drop_to=None)
+        self.tenancy = Tenancy(settings, multi_user)
 
     async def startup(self) -> None:
         absent = missing("local")
@@ -191,11 +205,15 @@ class LocalBackend(SandboxBackend):
                 "and files: refusing to start. Install bubblewrap (apt-get install "
                 "bubblewrap; it needs user namespaces) or use --backend docker."
             )
+        await self.tenancy.startup(switch_users=self.features.drop_to is not None)
         await asyncio.to_thread(self._remove_orphans)
         await self._build_font_cache()
         log.info("local sandboxes use %s", self.features.describe())
         if not self.features.cgroups:
             log.warning("local sandboxes get no cgroup here: rlimits stand in for its limits")
+
+    async def shutdown(self) -> None:
+        await self.tenancy.shutdown()
 
     def _remove_orphans(self) -> None:
         """What a crashed gateway of this instance left: cgroups (and their processes), folders."""
@@ -218,7 +236,13 @@ class LocalBackend(SandboxBackend):
         await process.wait()
 
     async def create(self, spec: SandboxSpec) -> LocalSandbox:
-        sandbox = LocalSandbox(self, spec, Path(tempfile.mkdtemp(prefix=self.prefix)))
+        identity = await self.tenancy.identity(spec.workspace)
+        try:
+            root = Path(tempfile.mkdtemp(prefix=self.prefix))
+        except BaseException:
+            identity.release()
+            raise
+        sandbox = LocalSandbox(self, spec, root, identity)
         try:
             await to_the_end(None, sandbox.prepare)
             if self.features.cgroups:
@@ -256,9 +280,12 @@ async def to_the_end(
 
 
 class LocalSandbox(Sandbox):
-    def __init__(self, backend: LocalBackend, spec: SandboxSpec, root: Path) -> None:
+    def __init__(
+        self, backend: LocalBackend, spec: SandboxSpec, root: Path, identity: Identity
+    ) -> None:
         self.backend = backend
         self.spec = spec
+        self.identity = identity  # who the kernel runs as (tenancy.py)
         self.settings = backend.settings
         self.root = root  # 0700, the gateway's: everything below is handed over by descriptor
         self.kdir = root / "k"  # the kernel's sockets
@@ -278,7 +305,7 @@ class LocalSandbox(Sandbox):
     def prepare(self) -> None:
         """Make the sandbox's folders (blocking)."""
         features = self.backend.features
-        uid, gid = features.drop_to or (os.getuid(), os.getgid())
+        uid, gid = self._ids
         if features.bwrap is None:
             os.chmod(self.root, 0o711)  # noqa: S103 - traverse only: the kernel's folders by path
         self.kdir.mkdir(mode=0o700)
@@ -295,7 +322,12 @@ class LocalSandbox(Sandbox):
 
     @property
     def _ids(self) -> tuple[int, int]:
-        return self.backend.features.drop_to or (os.getuid(), os.getgid())
+        return self.identity.uid, self.identity.gid
+
+    @property
+    def _drop_to(self) -> tuple[int, int] | None:
+        """The (uid, gid) `setpriv` drops to inside the sandbox; None: no drop."""
+        return self._ids if self.backend.features.drop_to is not None else None
 
     # --- files --------------------------------------------------------------------------
 
@@ -342,20 +374,24 @@ class LocalSandbox(Sandbox):
         if features.bwrap is None:
             # no pid namespace, and without a cgroup nothing else holds the processes
             reaper = [] if features.cgroups else [sys.executable, "-P", "-m", "kernels.reaper"]
-            return [*_as_user(features.drop_to), *limited, *reaper, *argv], str(self.root / "tmp")
+            return [*_as_user(self._drop_to), *limited, *reaper, *argv], str(self.root / "tmp")
         command = _bwrap_base(features.bwrap, features.drop_to, self.spec.network)
         command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        command += ["--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
-        covered = ["/tmp"]  # folders a tmpfs replaces inside the sandbox
+        covered = []  # folders a tmpfs replaces inside the sandbox
+        for temp in SHARED_TEMP:  # private, like Docker's: shared temp space shows others'
+            command += ["--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", temp]
+            covered.append(temp)
         for hidden in [*HIDDEN, *map(str, self.backend.hidden_paths)]:
             if os.path.islink(hidden) or not os.path.exists(hidden):
                 continue
             if os.path.isdir(hidden):
+                command += ["--size", str(HIDDEN_TMPFS_BYTES), "--perms", "0755"]
                 command += ["--tmpfs", hidden]
                 covered.append(hidden)
             else:
                 command += ["--ro-bind", "/dev/null", hidden]
         mounts = [(p, False) for p in _needed_paths(self.backend.mpl_cache)]
+        mounts += [(str(d), False) for d in self._own_cgroup(command)]
         mounts += [(str(self.kdir), True), (str(self.workdir), True)]
         made: set[str] = set()
         for target, _ in mounts:  # folders on the way, reachable by the sandbox user
@@ -372,7 +408,20 @@ class LocalSandbox(Sandbox):
                 fd = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             command += ["--bind-fd" if writable else "--ro-bind-fd", handed(fd), target]
         command += ["--chdir", str(self.workdir), "--"]
-        return [*command, *_as_user(features.drop_to), *limited, *argv], "/tmp"
+        return [*command, *_as_user(self._drop_to), *limited, *argv], "/tmp"
+
+    def _own_cgroup(self, command: list[str]) -> list[Path]:
+        """The sandbox's own cgroup folders, to show (read-only) on the empty tmpfs that
+        hides every other group: their limits and usage are the kernel's to read, as in
+        a container. The names of co-mounted v1 controllers (`cpu` -> `cpu,cpuacct`) are
+        links; they are made again."""
+        if self.group is None:
+            return []
+        for name in self.group.dirs:
+            link = CGROUP_ROOT / name
+            if not self.group.v2 and link.is_symlink():
+                command += ["--symlink", os.readlink(link), str(link)]
+        return list(dict.fromkeys(self.group.dirs.values()))
 
     async def start(self) -> dict[str, Any]:
         if traits(self.spec.language).listens_on_loopback and (
@@ -594,6 +643,7 @@ class LocalSandbox(Sandbox):
             if self.group is not None:
                 await asyncio.to_thread(self.group.remove)
             await asyncio.to_thread(shutil.rmtree, self.root, True)
+            self.identity.release()  # the uid's processes are gone: another may have it
 
 
 def _needed_paths(mpl_cache: Path) -> list[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
+MS_NOATIME = 0x400
 MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
@@ -56,9 +57,18 @@ def mount_tmpfs(target: Path, options: str, *, noexec: bool = False) -> None:
     _check(_libc.mount(b"tmpfs", where, b"tmpfs", flags, options.encode()), f"tmpfs {target}")
 
 
-def unmount(target: Path) -> None:
-    """Detach the mount at `target`, if there is one."""
-    if _libc.umount2(os.fsencode(target), MNT_DETACH) != 0:
+def mount_device(source: str, target_fd: int, fstype: str, flags: int, options: str) -> None:
+    """Mount the block device `source` on the folder open at `target_fd` (resolved by the
+    kernel through /proc/self/fd, never as a path a tenant could swap)."""
+    where = f"/proc/self/fd/{target_fd}".encode()
+    result = _libc.mount(source.encode(), where, fstype.encode(), flags, options.encode())
+    _check(result, f"mount {source}")
+
+
+def unmount(target: Path, *, lazy: bool = True) -> None:
+    """Detach the mount at `target`, if there is one (`lazy`: at once, even while it is
+    in use; else an OSError EBUSY says it is)."""
+    if _libc.umount2(os.fsencode(target), MNT_DETACH if lazy else 0) != 0:
         err = ctypes.get_errno()
         if err not in (22, 2):  # EINVAL: not a mount point; ENOENT: gone
             raise OSError(err, f"umount {target}: {os.strerror(err)}")
@@ -74,6 +84,20 @@ def mounts_under(folder: Path) -> list[Path]:
             if point == prefix or point.startswith(prefix + b"/"):
                 found.append(Path(os.fsdecode(point)))
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def mount_source(point: Path) -> str | None:
+    """What is mounted at `point` (its source, such as `/dev/loop3`), the topmost mount;
+    None when `point` is no mount point."""
+    where = os.fsencode(point).rstrip(b"/")
+    found = None
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", "rb") as info:
+        for line in info:
+            fields = line.split()
+            if _unescape(fields[4]) == where:
+                tail = fields[fields.index(b"-") + 1 :]
+                found = os.fsdecode(_unescape(tail[1])) if len(tail) > 1 else ""
+    return found
 
 
 def _unescape(field: bytes) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gateway.extras import missing
 from gateway.sandbox.base import SandboxBackend
-from gateway.settings import Settings
+from gateway.settings import Settings, parse_store_url
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,17 @@ async def docker_available(image: str) -> tuple[bool, str]:
     return await asyncio.to_thread(probe_docker_sync, image)
 
 
+def _store_files(settings: Settings) -> list[Path]:
+    """A SQLite store kept outside the data dir, and its journal files (the local sandbox
+    hides them as it hides the data dir)."""
+    if settings.store is None:
+        return []
+    kind, path = parse_store_url(settings.store)
+    if kind != "sqlite" or path is None or path.is_relative_to(settings.data_dir):
+        return []
+    return [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+
+
 async def choose_backend(
     settings: Settings, multi_user: bool = False
 ) -> tuple[SandboxBackend, str]:
@@ -51,13 +62,15 @@ async def choose_backend(
     explicit consent."""
     ident = instance_id(settings)
     hidden = [p for p in (settings.data_dir, settings.workspaces, settings.tokens) if p is not None]
+    hidden += _store_files(settings)
     if settings.backend in ("docker", "auto"):
         ok, why = await docker_available(settings.docker_image)
         if ok:
             from gateway.sandbox.docker import DockerBackend
 
             reason = "requested" if settings.backend == "docker" else why
-            return DockerBackend(settings, ident), f"backend docker ({reason})"
+            backend = DockerBackend(settings, ident, multi_user=multi_user)
+            return backend, f"backend docker ({reason})"
         if settings.backend == "docker":
             raise RuntimeError(f"--backend docker was requested but {why}")
         if multi_user:

@@ -16,18 +16,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 from pathlib import Path, PurePosixPath
 
 from gateway.errors import InvalidPath
 from gateway.models.request import WorkspaceRef
-
-_UNSAFE_USER_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def user_folder(user: str) -> str:
-    """The name of a user's folder under the workspaces root."""
-    return _UNSAFE_USER_CHARS.sub("_", user).lstrip(".") or "_"
 
 
 def split_below(root: Path, path: str) -> tuple[str, ...] | None:

@@ -1,0 +1,135 @@
+"""Who a sandbox runs as, and the workspace it needs mounted first: one per backend.
+
+- a sandbox without a workspace: a uid of its own, leased from the sandboxes' range
+  (uids.py) when it is created and given back when it is destroyed;
+- a run in a user's workspace: that user's uid, the owner of their workspace image,
+  mounted first (quota.py); without quotas (`--workspace-bytes 0`, or a machine that
+  cannot make them), `sandbox_uid`, as before;
+- a run in an admin folder (`admin_dirs`, the operator's own): `sandbox_uid`, no quota;
+- a gateway that cannot change users (the local backend, not root): its own uid.
+
+Every sandbox keeps the one gid `sandbox_gid`: no kernel counter is per gid, and files in
+a workspace are never seen by another user's sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+
+from gateway.auth import is_user_folder
+from gateway.errors import InvalidPath
+from gateway.models.request import WorkspaceRef
+from gateway.sandbox.quota import WorkspaceImages
+from gateway.sandbox.uids import UidLease, UidLeases
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Identity:
+    """The uid and gid one sandbox runs as; `release()` when it is destroyed."""
+
+    uid: int
+    gid: int
+    lease: UidLease | None = None
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+
+class Tenancy:
+    def __init__(self, settings: Settings, multi_user: bool) -> None:
+        self.settings = settings
+        self.multi_user = multi_user
+        self.switch_users = True  # False: every sandbox runs as the gateway's own user
+        self.leases = UidLeases(settings.sandbox_uid + 1, settings.sandbox_uids)
+        self.images: WorkspaceImages | None = None  # with quotas
+        self.store: WorkspaceImages | None = None  # where images are, quotas or not
+
+    async def startup(self, switch_users: bool) -> None:
+        """Before the first sandbox: the lease folder, and whether workspaces get quotas
+        (refusing several users' workspaces without one)."""
+        self.switch_users = switch_users
+        if switch_users:
+            await asyncio.to_thread(self.leases.prepare)
+        settings = self.settings
+        if settings.workspaces is None:
+            return
+        images = WorkspaceImages(
+            settings.workspaces,
+            settings.workspace_bytes,
+            settings.workspace_inodes,
+            first_uid=settings.sandbox_uid + settings.sandbox_uids + 1,
+            gid=settings.sandbox_gid,
+            legacy_uid=settings.sandbox_uid,
+        )
+        self.store = images
+        if settings.workspace_bytes == 0:
+            return
+        why = await asyncio.to_thread(images.probe) if switch_users else "it cannot switch users"
+        if why is not None:
+            if self.multi_user:
+                raise RuntimeError(
+                    f"Workspaces get their size limit from a file system image of each "
+                    f"user's own, and {why}: refusing to let several users share the host's "
+                    "disk without it. Run the gateway as root on a machine with loop "
+                    "devices and mkfs.ext4, or pass --workspace-bytes 0 to accept "
+                    "workspaces without a size limit."
+                )
+            log.warning("workspaces have no size limit here: %s", why)
+            return
+        swept = await asyncio.to_thread(images.sweep)
+        if swept:
+            log.warning("unmounted %d workspaces a gateway that stopped had left mounted", swept)
+        self.images = images
+
+    async def shutdown(self) -> None:
+        """After every sandbox is destroyed: let go of the workspace mounts."""
+        if self.images is not None:
+            await asyncio.to_thread(self.images.close)
+
+    async def identity(self, workspace: WorkspaceRef | None) -> Identity:
+        """Who a new sandbox runs as; its workspace's image is mounted first."""
+        gid = self.settings.sandbox_gid
+        if not self.switch_users:
+            uid = os.getuid()
+            if workspace is not None:
+                await self._user_uid(workspace)  # quota-less, but checked alike
+            return Identity(uid, os.getgid())
+        if workspace is None:
+            taking = asyncio.ensure_future(asyncio.to_thread(self.leases.take))
+            try:
+                lease = await asyncio.shield(taking)
+            except asyncio.CancelledError:  # the thread goes on: give back what it took
+                taking.add_done_callback(_give_back)
+                raise
+            return Identity(lease.uid, gid, lease)
+        return Identity(await self._user_uid(workspace), gid)
+
+    async def _user_uid(self, workspace: WorkspaceRef) -> int:
+        settings = self.settings
+        if workspace.root != settings.workspaces or not workspace.parts:
+            return settings.sandbox_uid  # an admin folder: the operator's own
+        user = workspace.parts[0]
+        assert is_user_folder(user), user  # requests.py never names another
+        if self.images is None:
+            store = self.store
+            if store is not None and await asyncio.to_thread(lambda: bool(store.image_of(user))):
+                raise InvalidPath(
+                    f"The workspace {workspace.path} lives in a file system image, and this "
+                    "gateway runs without workspace quotas: its files would be hidden. Ask "
+                    "the operator to run it with quotas again.",
+                    field="working_dir",
+                )
+            return settings.sandbox_uid
+        return await asyncio.to_thread(self.images.open_user, user)
+
+
+def _give_back(taking: asyncio.Future[UidLease]) -> None:
+    if not taking.cancelled() and taking.exception() is None:
+        taking.result().release()
