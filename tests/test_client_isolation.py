@@ -16,6 +16,9 @@ GATEWAY = REPO / "gateway"
 CLIENT = GATEWAY / "client"
 # What the client side may import of the gateway: itself and the bottom of the layers.
 CLIENT_MAY_IMPORT = ("gateway.client", "gateway.models", "gateway.terminal", "gateway.version")
+# What those load in turn: the models' validators raise the API's errors (`gateway.errors`,
+# a module of the bottom layer that imports nothing of ours). The client never imports it.
+LOADED_WITH_THEM = ("gateway.errors",)
 
 
 def module_name(path: Path) -> str:
@@ -98,7 +101,7 @@ def test_importing_the_client_side_loads_no_server_module() -> None:
         name
         for name in loaded
         if within(name, "gateway")
-        and not any(within(name, allowed) for allowed in CLIENT_MAY_IMPORT)
+        and not any(within(name, allowed) for allowed in CLIENT_MAY_IMPORT + LOADED_WITH_THEM)
         and name != "gateway"
     ]
     assert server == []

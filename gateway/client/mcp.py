@@ -1,7 +1,7 @@
 """`gateway mcp`: an MCP server with one tool, `run_code`, over stdio or streamable HTTP.
 
-The tool runs code through `gateway.client` on a gateway: a running one (`--url URL
-[--token T]`), or one started in this process for the life of the MCP server
+The tool runs code through `gateway.client.AsyncGatewayClient` on a gateway: a running one
+(`--url URL [--token T]`), or one started in this process for the life of the MCP server
 (`gateway.server.private_gateway`, which the `gateway mcp` command hands in as
 `start_gateway`: this package imports nothing of the server). It answers a text with the
 output, status and returned files, plus one image per PNG/JPEG chart.
@@ -25,8 +25,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from gateway.client import GatewayClient, GatewayClientError
-from gateway.models.common import Language
+from gateway.client import (
+    AsyncGatewayClient,
+    GatewayError,
+    RunOptions,
+    returned_files,
+    run_charts,
+    run_error,
+)
+from gateway.models.common import FINAL_STATUSES, Language
+from gateway.models.record import Chart, ReturnedFileContent, ReturnedFileError, RunRecord
 from gateway.terminal import strip_colors
 from gateway.version import __version__
 
@@ -50,7 +58,6 @@ log = logging.getLogger("gateway.mcp")
 Transport = Literal["stdio", "http"]
 # Starts a gateway for this process alone and stops it on exit: `(url, token)` inside.
 StartGateway = Callable[[], AbstractAsyncContextManager[tuple[str, str]]]
-FINAL = frozenset({"succeeded", "failed", "timed_out", "killed", "cancelled"})
 OUTPUT_HEAD, OUTPUT_TAIL = 10_000, 40_000  # characters of output shown (like code_run)
 FILE_CHARS = 20_000  # characters of one returned text file shown
 RESULT_CHARS = 10_000
@@ -79,7 +86,7 @@ class MCPOptions:
 # --- the tool ------------------------------------------------------------------------------
 
 
-def build_server(client: GatewayClient) -> "MCPServer[Any]":
+def build_server(client: AsyncGatewayClient) -> "MCPServer[Any]":
     """An MCP server whose `run_code` tool runs code on the gateway behind `client`."""
     from mcp.server import MCPServer
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -106,16 +113,17 @@ def build_server(client: GatewayClient) -> "MCPServer[Any]":
             float, Field(description="wall-clock limit in seconds (the gateway clamps it)")
         ] = 30,
     ) -> CallToolResult:
-        body: dict[str, Any] = {"code": code, "language": language, "timeout": timeout}
+        options: RunOptions = {"language": language, "timeout": timeout}
         if files:
-            body["files"] = [f.model_dump() for f in files]
+            options["files"] = [{"path": f.path, "content": f.content} for f in files]
         if return_files:
-            body["return_files"] = return_files
+            options["return_files"] = return_files
         try:
-            record = await run_on_gateway(client, body)
-        except GatewayClientError as exc:
+            record = await run_on_gateway(client, code, options)
+            content = format_record(record, timeout)
+        except GatewayError as exc:
             return CallToolResult(content=[TextContent(text=refusal_text(exc))], is_error=True)
-        return CallToolResult(content=format_record(record, timeout))
+        return CallToolResult(content=content)
 
     server: MCPServer[Any] = MCPServer(
         "kernel-gateway",
@@ -141,30 +149,27 @@ def build_server(client: GatewayClient) -> "MCPServer[Any]":
     return server
 
 
-async def run_on_gateway(client: GatewayClient, body: dict[str, Any]) -> dict[str, Any]:
+async def run_on_gateway(client: AsyncGatewayClient, code: str, options: RunOptions) -> RunRecord:
     """Start the run in the background and poll for its record, so that a cancelled tool
     call (the MCP client gave up) cancels the run on the gateway too."""
     import anyio
 
-    accepted = await anyio.to_thread.run_sync(
-        lambda: client.request("POST", "/v1/runs", {**body, "background": True})
-    )
-    run_id = str(accepted["id"])
+    accepted = await client.start(code, **options)
     try:
         delay = 0.05
         while True:
-            record = await anyio.to_thread.run_sync(client.get_run, run_id)
-            if record.get("status") in FINAL:
+            record = await client.get_run(accepted.id)
+            if record.status in FINAL_STATUSES:
                 return record
             await anyio.sleep(delay)
             delay = min(delay * 1.5, 0.5)
     except anyio.get_cancelled_exc_class():
-        with anyio.CancelScope(shield=True), contextlib.suppress(GatewayClientError):
-            await anyio.to_thread.run_sync(client.cancel, run_id)
+        with anyio.CancelScope(shield=True), contextlib.suppress(GatewayError):
+            await client.cancel(accepted.id)
         raise
 
 
-def refusal_text(exc: GatewayClientError) -> str:
+def refusal_text(exc: GatewayError) -> str:
     where = f" (field `{exc.field}`)" if exc.field else ""
     text = f"The gateway did not run the code: {exc.message}{where} [{exc.status} {exc.code}]"
     if exc.retry_after is not None:
@@ -175,34 +180,34 @@ def refusal_text(exc: GatewayClientError) -> str:
 # --- the answer ----------------------------------------------------------------------------
 
 
-def format_record(record: dict[str, Any], timeout: float | None = None) -> "list[ContentBlock]":
+def format_record(record: RunRecord, timeout: float | None = None) -> "list[ContentBlock]":
     """A run record as MCP content: one text, then one image per PNG/JPEG chart (and per
     returned PNG/JPEG file that is not already one of the charts)."""
     from mcp_types import ImageContent, TextContent
 
     sections = [_status_line(record, timeout)]
-    output = str(record.get("output") or "").rstrip("\n")
+    output = record.output.rstrip("\n")
     sections.append("--- output ---\n" + (_cut(output) if output else "(no output)"))
-    error = record.get("error")
-    if error and record.get("status") != "succeeded":
-        traceback = "\n".join(strip_colors(line) for line in error.get("traceback") or [])
-        summary = f"{error.get('ename', '')}: {error.get('evalue', '')}"
+    error = run_error(record)
+    if error is not None and record.status != "succeeded":
+        traceback = "\n".join(strip_colors(line) for line in error.traceback)
+        summary = f"{error.ename}: {error.evalue}"
         sections.append(f"--- error ---\n{summary}\n{traceback}".rstrip())
-    if record.get("result") is not None:
-        result = json.dumps(record["result"], ensure_ascii=False, indent=1)
+    if record.result is not None:
+        result = json.dumps(record.result, ensure_ascii=False, indent=1)
         sections.append("--- result ---\n" + _cut(result, RESULT_CHARS, 0))
-    charts = distinct_charts(record.get("charts") or [])
+    charts = distinct_charts(run_charts(record))
     images: list[ContentBlock] = []
-    notes = list(record.get("notes") or [])
+    notes = list(record.notes)
     for index, chart in enumerate(charts, start=1):
-        description = _chart_description(chart) or str(chart.get("mime"))
+        description = _chart_description(chart) or chart.mime
         sections.append(f"chart {index}: {description}")
-        if chart.get("mime") in IMAGE_MIMES:
-            images.append(ImageContent(data=str(chart["data"]), mime_type=str(chart["mime"])))
+        if chart.mime in IMAGE_MIMES:
+            images.append(ImageContent(data=chart.data, mime_type=chart.mime))
         else:
             notes.append(f"Chart {index} is an SVG image; it is not shown here.")
-    chart_paths = {_normal(c.get("path")) for c in charts if c.get("path")}
-    for entry in record.get("files") or []:
+    chart_paths = {_normal(chart.path) for chart in charts if chart.path}
+    for entry in returned_files(record):
         text, image = _file_section(entry, chart_paths)
         sections.append(text)
         if image is not None:
@@ -212,14 +217,13 @@ def format_record(record: dict[str, Any], timeout: float | None = None) -> "list
     return [TextContent(text="\n\n".join(sections)), *images]
 
 
-def distinct_charts(charts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def distinct_charts(charts: list[Chart]) -> list[Chart]:
     """The charts without repeats: a figure saved with `savefig` and also left open shows
     up twice in the record, with the same data read back (`spec`); keep the first."""
     seen: set[str] = set()
     kept = []
     for chart in charts:
-        spec = chart.get("spec")
-        key = json.dumps(spec, sort_keys=True) if spec else None
+        key = chart.spec.model_dump_json() if chart.spec is not None else None
         if key is not None and key in seen:
             continue
         if key is not None:
@@ -228,59 +232,51 @@ def distinct_charts(charts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def _status_line(record: dict[str, Any], timeout: float | None) -> str:
-    status = str(record.get("status"))
-    parts = [f"status: {status}"]
-    if record.get("exit_code") is not None:
-        parts.append(f"exit code {record['exit_code']}")
-    reason = record.get("kill_reason")
-    if status == "timed_out":
+def _status_line(record: RunRecord, timeout: float | None) -> str:
+    parts = [f"status: {record.status}"]
+    if record.exit_code is not None:
+        parts.append(f"exit code {record.exit_code}")
+    if record.status == "timed_out":
         limit = f" of {timeout:g} s" if timeout is not None else ""
         parts.append(f"stopped at the timeout{limit}; output until then is shown")
-    elif reason and status == "killed":
-        parts.append(f"killed by the {reason} limit")
-    wall = (record.get("usage") or {}).get("wall_ms")
-    if isinstance(wall, int):
-        parts.append(f"{wall / 1000:.1f} s")
+    elif record.kill_reason and record.status == "killed":
+        parts.append(f"killed by the {record.kill_reason} limit")
+    parts.append(f"{record.usage.wall_ms / 1000:.1f} s")
     return "[" + ", ".join(parts) + "]"
 
 
 def _file_section(
-    entry: dict[str, Any], chart_paths: set[str]
+    entry: ReturnedFileContent | ReturnedFileError, chart_paths: set[str]
 ) -> "tuple[str, ContentBlock | None]":
     from mcp_types import ImageContent
 
-    path, size = entry.get("path"), entry.get("size")
-    if "error" in entry:
-        return f"--- file {path}: not returned ({entry['error']}) ---", None
-    if entry.get("encoding") == "utf-8":
-        return f"--- file {path} ({size} bytes) ---\n" + _cut(
-            str(entry["content"]), FILE_CHARS, 0
-        ), None
-    mime = _image_mime(str(path))
+    if isinstance(entry, ReturnedFileError):
+        return f"--- file {entry.path}: not returned ({entry.error}) ---", None
+    path, size = entry.path, entry.size
+    if entry.encoding == "utf-8":
+        return f"--- file {path} ({size} bytes) ---\n" + _cut(entry.content, FILE_CHARS, 0), None
+    mime = _image_mime(path)
     if mime is not None and _normal(path) in chart_paths:
         return f"--- file {path} ({size} bytes): the image of a chart above ---", None
     if mime is not None:
-        image = ImageContent(data=str(entry["content"]), mime_type=mime)
+        image = ImageContent(data=entry.content, mime_type=mime)
         return f"--- file {path} ({size} bytes): an image, attached ---", image
     return f"--- file {path} ({size} bytes of binary data, not shown) ---", None
 
 
-def _chart_description(chart: dict[str, Any]) -> str:
-    spec = chart.get("spec") or {}
-    if not spec:
+def _chart_description(chart: Chart) -> str:
+    spec = chart.spec
+    if spec is None:
         return ""
-    words = [str(spec.get("type") or "chart")]
-    if spec.get("title"):
-        words.append(f"titled {spec['title']!r}")
+    words = [spec.type or "chart"]
+    if spec.title:
+        words.append(f"titled {spec.title!r}")
     labels = [
-        f"{axis}: {spec[key]}"
-        for axis, key in (("x", "x_label"), ("y", "y_label"))
-        if spec.get(key)
+        f"{axis}: {label}" for axis, label in (("x", spec.x_label), ("y", spec.y_label)) if label
     ]
     if labels:
         words.append("(" + ", ".join(labels) + ")")
-    words.append(f"with {len(spec.get('series') or [])} series")
+    words.append(f"with {len(spec.series)} series")
     return " ".join(words)
 
 
@@ -293,8 +289,8 @@ def _image_mime(path: str) -> str | None:
     return None
 
 
-def _normal(path: Any) -> str:
-    return os.path.normpath(str(path)) if path else ""
+def _normal(path: str) -> str:
+    return os.path.normpath(path)
 
 
 def _cut(text: str, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> str:
@@ -311,23 +307,23 @@ def _cut(text: str, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> str:
 @contextlib.asynccontextmanager
 async def gateway_client(
     options: MCPOptions, start_gateway: StartGateway | None
-) -> AsyncIterator[GatewayClient]:
+) -> AsyncIterator[AsyncGatewayClient]:
     """The client for `--url`, or for a gateway `start_gateway` runs for the life of this
     server."""
     if options.url is not None:
-        client = GatewayClient(options.url, token=options.token)
-        try:
-            health = await asyncio.to_thread(client.health)
-            log.info("using the gateway at %s (%s backend)", options.url, health.get("backend"))
-        except GatewayClientError as exc:
-            log.warning("the gateway at %s does not answer yet: %s", options.url, exc.message)
-        yield client
+        async with AsyncGatewayClient(options.url, token=options.token) as client:
+            try:
+                health = await client.health()
+                log.info("using the gateway at %s (%s backend)", options.url, health.backend)
+            except GatewayError as exc:
+                log.warning("the gateway at %s does not answer yet: %s", options.url, exc.message)
+            yield client
         return
     if start_gateway is None:
         raise RuntimeError("no --url given and no gateway to start in this process")
-    async with start_gateway() as (url, token):
+    async with start_gateway() as (url, token), AsyncGatewayClient(url, token=token) as client:
         log.info("started a gateway in this process at %s", url)
-        yield GatewayClient(url, token=token)
+        yield client
     log.info("the in-process gateway stopped; every sandbox is destroyed")
 
 

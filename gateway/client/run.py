@@ -12,7 +12,7 @@ What the run printed is shown without terminal escape sequences and control char
 (`gateway.terminal.terminal_safe`): a run must not be able to drive the terminal of whoever
 looks at its output. `--raw` shows it as it came.
 
-Every HTTP call goes through `post_json`, which uses the typed client of this package.
+The gateway is called through the typed client of this package (`GatewayClient`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.client import GatewayClient, GatewayClientError
+from pydantic import BaseModel, ValidationError
+
+from gateway.client import (
+    GatewayClient,
+    GatewayError,
+    NotebookOptions,
+    RateLimited,
+    RunOptions,
+    UnexpectedAnswer,
+    Unreachable,
+    run_charts,
+    run_error,
+)
+from gateway.models.common import Language
+from gateway.models.record import Chart, RunError, RunRecord
 from gateway.terminal import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:8888"
-SCRIPT_LANGUAGES = {
+SCRIPT_LANGUAGES: dict[str, Language] = {
     ".py": "python",
     ".sh": "bash",
     ".bash": "bash",
@@ -91,41 +105,51 @@ def main(args: argparse.Namespace) -> int:
         return exc.status
 
 
-# --- HTTP ---------------------------------------------------------------------------------
+# --- the gateway ----------------------------------------------------------------------------
 
 
-def post_json(
-    url: str, path: str, body: dict[str, Any], token: str | None, timeout: float
-) -> dict[str, Any]:
-    """POST a JSON body through `gateway.client`; its JSON answer, or a CommandError."""
+def gateway_client(args: argparse.Namespace) -> GatewayClient:
+    """The client for `--url` and `--token` (or $GATEWAY_TOKEN), waiting for an answer as
+    long as the run may take and then some."""
+    token = args.token or os.environ.get("GATEWAY_TOKEN") or None
+    wait = (args.timeout or 300.0) + ANSWER_MARGIN
     try:
-        client = GatewayClient(url, token=token, timeout=timeout)
+        return GatewayClient(args.url, token=token, timeout=wait)
     except ValueError as exc:
-        message = f"--url must be an http:// or https:// address, not {url!r}"
+        message = f"--url must be an http:// or https:// address, not {args.url!r}"
         raise CommandError(message, USAGE) from exc
-    try:
-        answer = client.request("POST", path, body)
-    except GatewayClientError as exc:
-        raise _refusal(exc) from exc
-    if not isinstance(answer, dict):
-        raise CommandError("the gateway's answer is not a JSON object", FAILED)
-    return answer
 
 
-def _refusal(exc: GatewayClientError) -> CommandError:
-    if exc.status == 0:
+def refusal(exc: GatewayError) -> CommandError:
+    """The command's error for the client's: a request the gateway refused as the caller's
+    fault (4xx but 429) is a usage error, the rest (no answer, busy, broken) a failure."""
+    if isinstance(exc, Unreachable):
         return CommandError(f"cannot reach the gateway: {exc.message}", FAILED)
-    status = USAGE if 400 <= exc.status < 500 and exc.status != 429 else FAILED
+    if isinstance(exc, UnexpectedAnswer):
+        return CommandError(exc.message, FAILED)
+    status = USAGE if 400 <= exc.status < 500 and not isinstance(exc, RateLimited) else FAILED
     return CommandError(f"the gateway refused the request ({exc.code}: {exc.message})", status)
 
 
-def _options(args: argparse.Namespace) -> tuple[str, str | None, float]:
-    token = args.token or os.environ.get("GATEWAY_TOKEN") or None
-    wait = (args.timeout or 300.0) + ANSWER_MARGIN
-    return args.url, token, wait
-
-
 # --- notebooks ----------------------------------------------------------------------------
+
+
+class Output(BaseModel):
+    """What the report reads of a cell's output (nbformat v4)."""
+
+    output_type: str
+
+
+class Cell(BaseModel):
+    """What the report reads of a cell (nbformat v4)."""
+
+    cell_type: str
+    execution_count: int | None = None
+    outputs: list[Output] = []
+
+
+class Notebook(BaseModel):
+    cells: list[Cell] = []
 
 
 def run_notebook(args: argparse.Namespace) -> int:
@@ -136,51 +160,61 @@ def run_notebook(args: argparse.Namespace) -> int:
         notebook = json.loads(_read(path))
     except ValueError as exc:
         raise CommandError(f"{path} is not a JSON notebook: {exc}", USAGE) from exc
-    body: dict[str, Any] = {"notebook": notebook, "allow_errors": bool(args.allow_errors)}
+    if not isinstance(notebook, dict):
+        raise CommandError(f"{path} is not a JSON notebook: not an object", USAGE)
+    options: NotebookOptions = {"allow_errors": bool(args.allow_errors)}
     if args.timeout is not None:
-        body["timeout"] = args.timeout
+        options["timeout"] = args.timeout
     if args.cell_timeout is not None:
-        body["cell_timeout"] = args.cell_timeout
-    url, token, wait = _options(args)
-    answer = post_json(url, "/v1/notebooks/run", body, token, wait)
+        options["cell_timeout"] = args.cell_timeout
+    with gateway_client(args) as client:
+        try:
+            answer = client.run_notebook(notebook, **options)
+        except GatewayError as exc:
+            raise refusal(exc) from exc
     out: Path = args.out or path.with_name(f"{path.stem}.executed.ipynb")
     try:
-        text = json.dumps(answer["notebook"], indent=1, sort_keys=True, ensure_ascii=False)
+        text = json.dumps(answer.notebook, indent=1, sort_keys=True, ensure_ascii=False)
         out.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
         raise CommandError(f"cannot write {out}: {exc}", FAILED) from exc
-    run = answer["run"]
+    try:
+        executed = Notebook.model_validate(answer.notebook)
+        error = run_error(answer.run)
+    except (ValidationError, GatewayError) as exc:
+        raise CommandError(f"the gateway's answer is not the API's: {exc}", FAILED) from exc
     show = _shower(args)
-    print("\n".join(show(line) for line in notebook_report(path, answer["notebook"], run)))
+    lines = notebook_report(path, executed, answer.run, error)
+    print("\n".join(show(line) for line in lines))
     print(f"executed notebook: {out}")
-    return exit_status(run)
+    return exit_status(answer.run)
 
 
-def notebook_report(path: Path, notebook: dict[str, Any], run: dict[str, Any]) -> list[str]:
+def notebook_report(
+    path: Path, notebook: Notebook, run: RunRecord, error: RunError | None
+) -> list[str]:
     """A few lines: how it ended, how many cells ran, the first error, the notes."""
-    cells = [c for c in notebook.get("cells", []) if c.get("cell_type") == "code"]
-    ran = sum(1 for c in cells if c.get("execution_count") is not None)
-    seconds = (run.get("usage") or {}).get("wall_ms", 0) / 1000
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    ran = sum(1 for cell in cells if cell.execution_count is not None)
+    seconds = run.usage.wall_ms / 1000
     lines = [
-        f"{path.name}: {run['status']} in {seconds:.2f} s, {ran} of {len(cells)} code cells "
-        f"run (run {run['id']})"
+        f"{path.name}: {run.status} in {seconds:.2f} s, {ran} of {len(cells)} code cells "
+        f"run (run {run.id})"
     ]
-    error = run.get("error")
-    if error:
+    if error is not None:
         where = _error_cell(notebook)
-        if error.get("ename") == "ExitStatus":  # a bash cell's non-zero `$?`
-            lines.append(f"first error{where}: exit status {error.get('evalue')}")
+        if error.ename == "ExitStatus":  # a bash cell's non-zero `$?`
+            lines.append(f"first error{where}: exit status {error.evalue}")
         else:
-            lines.append(f"first error{where}: {error.get('ename')}: {error.get('evalue')}")
-    lines += [f"note: {note}" for note in run.get("notes", [])]
+            lines.append(f"first error{where}: {error.ename}: {error.evalue}")
+    lines += [f"note: {note}" for note in run.notes]
     return lines
 
 
-def _error_cell(notebook: dict[str, Any]) -> str:
-    for position, cell in enumerate(notebook.get("cells", []), start=1):
-        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-            if output.get("output_type") == "error":
-                return f" in cell {position} (In [{cell.get('execution_count')}])"
+def _error_cell(notebook: Notebook) -> str:
+    for position, cell in enumerate(notebook.cells, start=1):
+        if cell.cell_type == "code" and any(o.output_type == "error" for o in cell.outputs):
+            return f" in cell {position} (In [{cell.execution_count}])"
     return ""
 
 
@@ -189,7 +223,7 @@ def _error_cell(notebook: dict[str, Any]) -> str:
 
 def run_script(args: argparse.Namespace) -> int:
     path: Path = args.file
-    language = args.language or SCRIPT_LANGUAGES.get(path.suffix.lower())
+    language: Language | None = args.language or SCRIPT_LANGUAGES.get(path.suffix.lower())
     if language is None:
         raise CommandError(
             f"cannot tell the language of {path.name}: use a .ipynb, .py, .sh, .js or .ts file, "
@@ -198,41 +232,42 @@ def run_script(args: argparse.Namespace) -> int:
         )
     if args.out is not None or args.allow_errors or args.cell_timeout is not None:
         raise CommandError("--out, --allow-errors and --cell-timeout are for notebooks", USAGE)
-    body: dict[str, Any] = {"code": _read(path), "language": language}
+    options: RunOptions = {"language": language}
     if args.timeout is not None:
-        body["timeout"] = args.timeout
-    url, token, wait = _options(args)
-    run = post_json(url, "/v1/runs", body, token, wait)
+        options["timeout"] = args.timeout
+    code = _read(path)
+    with gateway_client(args) as client:
+        try:
+            run = client.run(code, **options)
+            error, charts = run_error(run), run_charts(run)
+        except GatewayError as exc:
+            raise refusal(exc) from exc
     show = _shower(args)
-    sys.stdout.write(show(run.get("stdout", "")))
+    sys.stdout.write(show(run.stdout))
     sys.stdout.flush()
-    sys.stderr.write(show(run.get("stderr", "")))
-    error = run.get("error")
-    if error and error.get("traceback") and run["status"] != "succeeded":
-        traceback = "\n".join(error["traceback"])
-        sys.stderr.write(show(traceback) + "\n")
-    for saved in save_charts(run.get("charts", []), path.stem):
+    sys.stderr.write(show(run.stderr))
+    if error is not None and error.traceback and run.status != "succeeded":
+        sys.stderr.write(show("\n".join(error.traceback)) + "\n")
+    for saved in save_charts(charts, path.stem):
         print(f"gateway run: saved a chart to {saved}", file=sys.stderr)
-    for note in run.get("notes", []):
+    for note in run.notes:
         print(f"gateway run: note: {show(note)}", file=sys.stderr)
-    if run["status"] not in ("succeeded", "failed"):
-        reason = f" ({run['kill_reason']})" if run.get("kill_reason") else ""
-        print(f"gateway run: the run was {run['status']}{reason}", file=sys.stderr)
+    if run.status not in ("succeeded", "failed"):
+        reason = f" ({run.kill_reason})" if run.kill_reason else ""
+        print(f"gateway run: the run was {run.status}{reason}", file=sys.stderr)
     return exit_status(run)
 
 
-def save_charts(charts: list[dict[str, Any]], stem: str) -> list[Path]:
+def save_charts(charts: list[Chart], stem: str) -> list[Path]:
     """Write each chart to `<stem>-chart-N.<ext>` in the current folder."""
     saved = []
     for number, chart in enumerate(charts, start=1):
-        suffix = CHART_SUFFIXES.get(chart.get("mime", ""), ".bin")
-        target = Path(f"{stem}-chart-{number}{suffix}")
-        data = chart.get("data", "")
+        target = Path(f"{stem}-chart-{number}{CHART_SUFFIXES[chart.mime]}")
         try:
-            if chart.get("mime") == "image/svg+xml":
-                target.write_text(data, encoding="utf-8")
+            if chart.mime == "image/svg+xml":
+                target.write_text(chart.data, encoding="utf-8")
             else:
-                target.write_bytes(base64.b64decode(data))
+                target.write_bytes(base64.b64decode(chart.data))
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot save a chart to {target}: {exc}", FAILED) from exc
         saved.append(target)
@@ -256,11 +291,10 @@ def _read(path: Path) -> str:
         raise CommandError(f"cannot read {path}: {exc}", USAGE) from exc
 
 
-def exit_status(run: dict[str, Any]) -> int:
+def exit_status(run: RunRecord) -> int:
     """The run's exit code when it has one a process can return, else 1 (0 only on success)."""
-    code = run.get("exit_code")
-    if run.get("status") == "succeeded":
+    if run.status == "succeeded":
         return 0
-    if isinstance(code, int) and 0 < code < 256:
-        return code
+    if run.exit_code is not None and 0 < run.exit_code < 256:
+        return run.exit_code
     return FAILED

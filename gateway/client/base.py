@@ -1,0 +1,233 @@
+"""What `GatewayClient` and `AsyncGatewayClient` share, written once: the gateway's URL,
+the headers (the bearer token), each call's request, and how its answer becomes a model or
+an error (`gateway.client.errors`). Only sending differs between the two clients, as in
+httpx's `BaseClient`: each public method of theirs builds a `Call` here and sends it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import mimetypes
+import os
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Generic, Literal, Required, TypedDict, TypeVar
+
+import pydantic
+
+from gateway.client.errors import error_from_answer, is_error_answer, not_the_api
+from gateway.models.answers import Health, RunAccepted, Upload
+from gateway.models.common import Language
+from gateway.models.record import RunRecord
+from gateway.version import __version__
+
+T = TypeVar("T")
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+DEFAULT_TIMEOUT = 360.0  # seconds to wait for an answer: longer than the largest run timeout
+USER_AGENT = f"kernel-gateway-client/{__version__}"
+
+ARCHIVE_TYPES = {
+    ".zip": "application/zip",
+    ".tgz": "application/gzip",
+    ".gz": "application/gzip",
+}
+
+
+class FileSpec(TypedDict, total=False):
+    """A file written into the run's working folder before it runs (API.md `files`)."""
+
+    path: Required[str]
+    content: str
+    encoding: Literal["utf-8", "base64"]
+
+
+class RunOptions(TypedDict, total=False):
+    """The fields of `POST /v1/runs` besides `code` (API.md); what is left out is the
+    gateway's default."""
+
+    language: Language
+    timeout: float
+    files: Sequence[FileSpec]
+    entrypoint: str
+    archive: str
+    vars: Mapping[str, Any]
+    env: Mapping[str, str]
+    return_files: Sequence[str]
+    network: bool
+    working_dir: str
+
+
+class NotebookOptions(TypedDict, total=False):
+    """The fields of `POST /v1/notebooks/run` besides `notebook` (API.md)."""
+
+    timeout: float
+    cell_timeout: float
+    allow_errors: bool
+    files: Sequence[FileSpec]
+    return_files: Sequence[str]
+
+
+class NotebookResult(pydantic.BaseModel):
+    """The answer of `POST /v1/notebooks/run`: the executed notebook (nbformat v4 JSON)
+    and the run record of the whole replay."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+
+    notebook: dict[str, Any]
+    run: RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Call(Generic[T]):
+    """One call of the API: the request to send, and how its answer is read."""
+
+    method: str
+    path: str
+    read: Callable[[int, bytes], T]  # (status, body) of an answer in `answers` -> the value
+    json: Any = None
+    content: bytes | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    answers: frozenset[int] = frozenset({200, 201, 202})
+
+    def answer(self, status: int, body: bytes, retry_after: str | None) -> T:
+        """The call's value for this answer, or the error it is."""
+        if status >= 400 and (status not in self.answers or is_error_answer(body)):
+            raise error_from_answer(status, body, retry_after)
+        if status in self.answers:
+            return self.read(status, body)
+        raise not_the_api(status, f"HTTP {status}")
+
+
+def model_reader(model: type[M]) -> Callable[[int, bytes], M]:
+    def read(status: int, body: bytes) -> M:
+        try:
+            return model.model_validate_json(body)
+        except pydantic.ValidationError as exc:
+            raise not_the_api(status, f"not a {model.__name__}: {_first_problem(exc)}") from None
+
+    return read
+
+
+def json_object(status: int, body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise not_the_api(status, "not a JSON object")
+    return value
+
+
+def text(status: int, body: bytes) -> str:
+    return body.decode("utf-8", "replace")
+
+
+def _first_problem(exc: pydantic.ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+def _plain(value: Any) -> Any:
+    """Sequences and mappings as JSON lists and objects."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+class BaseGatewayClient:
+    """The configuration of a client and the calls of the API, without any I/O."""
+
+    def __init__(
+        self, url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"Expected an http:// or https:// URL, not {url!r}.")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Sent with every request, the WebSocket handshake included."""
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+    @property
+    def stream_url(self) -> str:
+        """`ws://` (or `wss://`) address of `/v1/stream` on this gateway."""
+        parts = urllib.parse.urlsplit(self.url)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        return urllib.parse.urlunsplit((scheme, parts.netloc, parts.path + "/v1/stream", "", ""))
+
+    # --- runs -------------------------------------------------------------------------
+
+    def _run(self, code: str | None, options: RunOptions) -> Call[RunRecord]:
+        return Call("POST", "/v1/runs", model_reader(RunRecord), json=run_body(code, options))
+
+    def _start(self, code: str | None, options: RunOptions) -> Call[RunAccepted]:
+        body = {**run_body(code, options), "background": True}
+        return Call("POST", "/v1/runs", model_reader(RunAccepted), json=body)
+
+    def _get_run(self, run_id: str) -> Call[RunRecord]:
+        return Call("GET", f"/v1/runs/{_quote(run_id)}", model_reader(RunRecord))
+
+    def _cancel(self, run_id: str) -> Call[RunRecord]:
+        return Call("DELETE", f"/v1/runs/{_quote(run_id)}", model_reader(RunRecord))
+
+    def _notebook(self, run_id: str) -> Call[dict[str, Any]]:
+        return Call("GET", f"/v1/runs/{_quote(run_id)}/notebook", json_object)
+
+    def _run_notebook(
+        self, notebook: Mapping[str, Any], options: NotebookOptions
+    ) -> Call[NotebookResult]:
+        body = {"notebook": _plain(notebook), **_plain(options)}
+        return Call("POST", "/v1/notebooks/run", model_reader(NotebookResult), json=body)
+
+    # --- uploads and operations -------------------------------------------------------
+
+    def _upload(self, archive: str | os.PathLike[str] | bytes, filename: str) -> Call[Upload]:
+        if isinstance(archive, bytes):
+            data, name = archive, filename
+        else:
+            path = Path(archive)
+            data, name = path.read_bytes(), filename or path.name
+        media = ARCHIVE_TYPES.get(Path(name).suffix.lower()) or (
+            mimetypes.guess_type(name)[0] if name else None
+        )
+        headers = {"Content-Type": media or "application/octet-stream"}
+        return Call("POST", "/v1/uploads", model_reader(Upload), content=data, headers=headers)
+
+    def _health(self) -> Call[Health]:
+        # 503 with a Health body is an answer (`store_unavailable`: not ready for runs);
+        # 503 with an error body is an error (too many connections)
+        return Call("GET", "/v1/health", model_reader(Health), answers=frozenset({200, 503}))
+
+    def _metrics(self) -> Call[str]:
+        return Call("GET", "/metrics", text, headers={"Accept": "text/plain"})
+
+    def _openapi(self) -> Call[dict[str, Any]]:
+        return Call("GET", "/openapi.json", json_object)
+
+
+def run_body(code: str | None, options: RunOptions) -> dict[str, Any]:
+    """The JSON body of a run (`POST /v1/runs`, or a WebSocket `run` message's fields)."""
+    body: dict[str, Any] = _plain(options)
+    if code is not None:
+        body["code"] = code
+    return body

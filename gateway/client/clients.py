@@ -1,0 +1,258 @@
+"""`GatewayClient` (blocking) and `AsyncGatewayClient` (asyncio): the same calls, over
+httpx2's `Client` and `AsyncClient`. Each method builds its call with the shared base
+(`gateway.client.base`) and sends it; only sending is written twice.
+
+HTTP goes through httpx2 (the maintained continuation of httpx, by the pydantic team:
+the same `Client`/`AsyncClient` API, and what the MCP SDK already uses); the WebSocket
+through `websockets` (`AsyncGatewayClient.stream_run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar, Unpack
+
+import httpx2
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+from gateway.client.base import (
+    DEFAULT_TIMEOUT,
+    BaseGatewayClient,
+    Call,
+    NotebookOptions,
+    NotebookResult,
+    RunOptions,
+    run_body,
+)
+from gateway.client.errors import GatewayError, Unreachable, error_from_answer, not_the_api
+from gateway.client.stream import RunStream
+from gateway.models.answers import Health, RunAccepted, Upload
+from gateway.models.record import RunRecord
+
+T = TypeVar("T")
+
+# The largest WebSocket message taken: a `done` event is at most the gateway's
+# `max_event_bytes` (default 16 MiB).
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+def _failure(url: str, exc: Exception) -> GatewayError:
+    """httpx2's exception for a request that got no usable answer, as ours."""
+    if isinstance(exc, httpx2.TimeoutException):
+        return Unreachable(f"No answer from the gateway at {url} in time: {exc!r}")
+    if isinstance(exc, httpx2.TransportError):
+        return Unreachable(f"No answer from the gateway at {url}: {exc}")
+    return not_the_api(0, f"{type(exc).__name__}: {exc}")
+
+
+class GatewayClient(BaseGatewayClient):
+    """Blocking calls to the gateway at `url` (`http://host:port`, perhaps with a prefix).
+
+        with GatewayClient("http://127.0.0.1:8888", token="...") as client:
+            record = client.run("print(1)")          # a RunRecord
+            client.get_run(record.id), client.notebook(record.id)
+
+    Errors are raised as `gateway.client.errors.GatewayError` subclasses. One instance
+    may be shared between threads; `close()` (or the `with` block) ends its connections.
+    """
+
+    def __init__(
+        self, url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        super().__init__(url, token=token, timeout=timeout)
+        self._http = httpx2.Client(base_url=self.url, headers=self.headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> GatewayClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _send(self, call: Call[T]) -> T:
+        try:
+            response = self._http.request(
+                call.method, call.path, json=call.json, content=call.content, headers=call.headers
+            )
+        except httpx2.RequestError as exc:
+            raise _failure(self.url, exc) from exc
+        return call.answer(
+            response.status_code, response.content, response.headers.get("Retry-After")
+        )
+
+    # --- runs -----------------------------------------------------------------------------
+
+    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord:
+        """`POST /v1/runs`: run `code` (or `entrypoint`) in a fresh kernel; its record."""
+        return self._send(self._run(code, options))
+
+    def start(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunAccepted:
+        """`POST /v1/runs` in the background: `{id, status}` at once; poll `get_run`."""
+        return self._send(self._start(code, options))
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """`GET /v1/runs/{id}`: the record (`queued` or `running` while it runs)."""
+        return self._send(self._get_run(run_id))
+
+    def cancel(self, run_id: str) -> RunRecord:
+        """`DELETE /v1/runs/{id}`: cancel a queued or running run; its record afterwards."""
+        return self._send(self._cancel(run_id))
+
+    def notebook(self, run_id: str) -> dict[str, Any]:
+        """`GET /v1/runs/{id}/notebook`: the run as an nbformat v4 notebook (JSON)."""
+        return self._send(self._notebook(run_id))
+
+    def run_notebook(
+        self, notebook: Mapping[str, Any], **options: Unpack[NotebookOptions]
+    ) -> NotebookResult:
+        """`POST /v1/notebooks/run`: every code cell of `notebook` in one fresh kernel."""
+        return self._send(self._run_notebook(notebook, options))
+
+    # --- uploads and operations -----------------------------------------------------------
+
+    def upload(self, archive: str | os.PathLike[str] | bytes, filename: str = "") -> Upload:
+        """`POST /v1/uploads`: a .zip or .tar.gz (a path, or its bytes named `filename`)."""
+        return self._send(self._upload(archive, filename))
+
+    def health(self) -> Health:
+        """`GET /v1/health` (also when it answers 503 `store_unavailable`)."""
+        return self._send(self._health())
+
+    def metrics(self) -> str:
+        """`GET /metrics`: the Prometheus text."""
+        return self._send(self._metrics())
+
+    def openapi(self) -> dict[str, Any]:
+        """`GET /openapi.json`: the OpenAPI 3.1 document."""
+        return self._send(self._openapi())
+
+
+class AsyncGatewayClient(BaseGatewayClient):
+    """The calls of `GatewayClient` for asyncio (`await client.run(...)`), plus the
+    WebSocket: `stream_run` yields a run's events as they happen.
+
+        async with AsyncGatewayClient(url, token=token) as client:
+            record = await client.run("print(1)")
+            async with client.stream_run("print(1)") as run:
+                async for event in run:
+                    ...
+    """
+
+    def __init__(
+        self, url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        super().__init__(url, token=token, timeout=timeout)
+        self._http = httpx2.AsyncClient(base_url=self.url, headers=self.headers, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncGatewayClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _send(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method, call.path, json=call.json, content=call.content, headers=call.headers
+            )
+        except httpx2.RequestError as exc:
+            raise _failure(self.url, exc) from exc
+        return call.answer(
+            response.status_code, response.content, response.headers.get("Retry-After")
+        )
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord:
+        """`POST /v1/runs`: run `code` (or `entrypoint`) in a fresh kernel; its record."""
+        return await self._send(self._run(code, options))
+
+    async def start(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunAccepted:
+        """`POST /v1/runs` in the background: `{id, status}` at once; poll `get_run`."""
+        return await self._send(self._start(code, options))
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """`GET /v1/runs/{id}`: the record (`queued` or `running` while it runs)."""
+        return await self._send(self._get_run(run_id))
+
+    async def cancel(self, run_id: str) -> RunRecord:
+        """`DELETE /v1/runs/{id}`: cancel a queued or running run; its record afterwards."""
+        return await self._send(self._cancel(run_id))
+
+    async def notebook(self, run_id: str) -> dict[str, Any]:
+        """`GET /v1/runs/{id}/notebook`: the run as an nbformat v4 notebook (JSON)."""
+        return await self._send(self._notebook(run_id))
+
+    async def run_notebook(
+        self, notebook: Mapping[str, Any], **options: Unpack[NotebookOptions]
+    ) -> NotebookResult:
+        """`POST /v1/notebooks/run`: every code cell of `notebook` in one fresh kernel."""
+        return await self._send(self._run_notebook(notebook, options))
+
+    def stream_run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunStream:
+        """`WebSocket /v1/stream`: run `code` and get its events as they happen
+        (`gateway.client.stream.RunStream`). Nothing is sent before the first event is
+        asked for; a refused handshake or run raises the client's errors then."""
+        message = {"type": "run", "ref": "run", **run_body(code, options)}
+        return RunStream(self._open_stream, message)
+
+    async def _open_stream(self) -> ClientConnection:
+        """A connection to `/v1/stream`; the token goes in the `Authorization` header
+        (the gateway takes `?token=` too, for browsers, which cannot set headers)."""
+        headers = self.headers
+        user_agent = headers.pop("User-Agent")
+        try:
+            return await connect(
+                self.stream_url,
+                additional_headers=headers,
+                user_agent_header=user_agent,
+                open_timeout=self.timeout,
+                max_size=MAX_MESSAGE_BYTES,
+            )
+        except InvalidStatus as exc:
+            answer = exc.response
+            retry_after = answer.headers.get("Retry-After")
+            raise error_from_answer(answer.status_code, bytes(answer.body), retry_after) from exc
+        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            raise Unreachable(f"No WebSocket to the gateway at {self.stream_url}: {exc}") from exc
+
+    # --- uploads and operations -----------------------------------------------------------
+
+    async def upload(self, archive: str | os.PathLike[str] | bytes, filename: str = "") -> Upload:
+        """`POST /v1/uploads`: a .zip or .tar.gz (a path, or its bytes named `filename`)."""
+        if not isinstance(archive, bytes):  # read in a thread: the event loop never waits
+            path = Path(archive)
+            archive, filename = await asyncio.to_thread(path.read_bytes), filename or path.name
+        return await self._send(self._upload(archive, filename))
+
+    async def health(self) -> Health:
+        """`GET /v1/health` (also when it answers 503 `store_unavailable`)."""
+        return await self._send(self._health())
+
+    async def metrics(self) -> str:
+        """`GET /metrics`: the Prometheus text."""
+        return await self._send(self._metrics())
+
+    async def openapi(self) -> dict[str, Any]:
+        """`GET /openapi.json`: the OpenAPI 3.1 document."""
+        return await self._send(self._openapi())
