@@ -318,7 +318,10 @@ PATHS: dict[str, Schema] = {
             "health",
             "operations",
             "Is the gateway up",
-            "Public: no token needed.",
+            "Public: no token needed. Without a valid token (on a gateway with tokens) the "
+            "answer is only `{status}`; with one (or on a single-user gateway) also the "
+            "backend, the store, kernels, pools and version, which tell of other tenants' "
+            "activity.",
             {
                 "200": answer("Health", "The gateway's state."),
                 **errors(),
