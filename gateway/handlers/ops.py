@@ -23,7 +23,7 @@ class HealthHandler(BaseHandler):
             status = "store_unavailable"
         tokens = self.services.tokens
         if tokens.enabled and tokens.authenticate(self.presented_token()) is None:
-            self.send_json(Health(status=status), 200 if store_ok else 503)
+            await self.send_json(Health(status=status), 200 if store_ok else 503)
             return
         health = Health(
             status=status,
@@ -33,7 +33,7 @@ class HealthHandler(BaseHandler):
             pools={kind: Pool(**pool) for kind, pool in runs.kernels.describe().items()},
             version=__version__,
         )
-        self.send_json(health, 200 if store_ok else 503)
+        await self.send_json(health, 200 if store_ok else 503)
 
 
 STORE_PING_TIMEOUT = 3.0  # seconds: a health probe answers within its own timeout
