@@ -287,6 +287,30 @@ def test_answers_are_gzipped_when_asked(slow_readers: GatewayThread) -> None:
     assert json.loads(gzip.decompress(small.body))["openapi"] == "3.1.0"
 
 
+def test_answers_made_in_pieces_are_the_same_json() -> None:
+    """`encode` hands the C encoder at most ~1 MiB at a time (it keeps the GIL for a whole
+    call); the bytes are still `dumps_utf8`'s (a lone surrogate escaped as there)."""
+    from gateway.handlers.encode import PIECE_BYTES, encode, encode_json
+    from gateway.jsoncodec import dumps_utf8
+
+    big = "é" * (3 * PIECE_BYTES)
+    values = [
+        {"a": big, "b": [1, 2.5, None, True, {"k": "x"}], "c": {"d": [big[:10]] * 3}},
+        [{"i": i, "s": "z" * i} for i in range(3000)],
+        {"cells": [{"id": f"c{i}", "source": ""} for i in range(200_000)] + [big]},
+        {"x": "\ud800" * PIECE_BYTES * 2},
+        "plain",
+        [],
+        {},
+    ]
+    for value in values:
+        assert encode_json(value) == dumps_utf8(value)
+        zipped = encode(value, True)
+        if zipped.gzipped:
+            assert gzip.decompress(b"".join(zipped.parts)) == dumps_utf8(value)
+            assert zipped.size == sum(len(part) for part in zipped.parts)
+
+
 # --- health --------------------------------------------------------------------------------------
 
 

@@ -97,10 +97,11 @@ class Encoded:
 
 
 def encode(value: Any, use_gzip: bool) -> Encoded:
-    """`value` as UTF-8 JSON (`dumps_utf8`'s bytes), gzip-compressed when `use_gzip` and
-    worth it. Made in pieces of at most about `PIECE_BYTES`: `json.dumps` is C code that
-    keeps the GIL for the whole document (0.2 s for 50 MiB, during which the event loop
-    cannot run, pool or not); between pieces it can, and zlib lets go of the GIL anyway."""
+    """`value` as UTF-8 JSON (`dumps_utf8`'s bytes; where a lone surrogate makes a piece
+    fall back to escapes, that piece alone), gzip-compressed when `use_gzip` and worth it.
+    Made in pieces of at most about `PIECE_BYTES`: `json.dumps` is C code that keeps the
+    GIL for the whole document (0.2 s for 50 MiB, during which the event loop cannot run,
+    pool or not); between pieces it can, and zlib lets go of the GIL anyway."""
     pieces: list[bytes] = []
     _encode_into(value, pieces)
     size = sum(len(piece) for piece in pieces)
@@ -165,8 +166,26 @@ def _encode_into(value: Any, parts: list[bytes]) -> None:
         parts.append(b"}")
     else:
         parts.append(b"[")
-        for index, inner in enumerate(value):
-            if index:
-                parts.append(b", ")
-            _encode_into(inner, parts)
+        _encode_items(list(value), parts)
         parts.append(b"]")
+
+
+def _encode_items(items: list[Any], parts: list[bytes]) -> None:
+    """A large list's items: runs of items small together go to the C encoder as one
+    piece (a notebook's 400,000 cells are 30 calls, not 400,000), an item too large for
+    that is encoded on its own, in pieces. The run's length adapts as it goes."""
+    start, run, ceiling = 0, 1024, 1 << 16
+    while start < len(items):
+        chunk = items[start : start + run]
+        if run > 1 and _walk(chunk, PIECE_NODES, PIECE_BYTES) is None:
+            ceiling = max(1, run // 2)
+            run = max(1, run // 4)
+            continue
+        if start:
+            parts.append(b", ")
+        if run == 1:
+            _encode_into(chunk[0], parts)
+        else:
+            parts.append(dumps_utf8(chunk)[1:-1])
+        start += len(chunk)
+        run = min(run * 2, ceiling)
