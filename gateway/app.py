@@ -49,6 +49,8 @@ def make_app(services: Services) -> tornado.web.Application:
         routes(services),
         default_handler_class=NotFoundHandler,
         default_handler_args={"services": services},
-        compress_response=True,
+        # gzip is applied by the handlers (gateway/handlers/encode.py), large answers in the
+        # heavy-work pool: tornado's own transform compressed every answer on the event loop
+        compress_response=False,
         xheaders=False,
     )

@@ -11,6 +11,7 @@
      +-- PayloadTooLarge       413    payload_too_large
      +-- UnsupportedMediaType  415    unsupported_media_type
      +-- CapacityExceeded      429    capacity (with Retry-After)
+     +-- Overloaded            503    capacity: no memory to spare now (with Retry-After)
      +-- SandboxError          503    sandbox_unavailable: a kernel or sandbox could not start
      +-- StoreUnavailable      503    store_unavailable: the record store cannot be reached
 
@@ -110,6 +111,14 @@ class UnsupportedMediaType(GatewayError):
 
 class CapacityExceeded(GatewayError):
     status = 429
+    code = "capacity"
+
+
+class Overloaded(GatewayError):
+    """The gateway has no room now for what this request needs held (its body, its answer):
+    not the caller's fault; the client may try again after `Retry-After`."""
+
+    status = 503
     code = "capacity"
 
 

@@ -122,6 +122,16 @@ class Gateway:
             "Open WebSocket connections.",
             lambda: len(services.open_streams),
         )
+        metrics.gauge(
+            "gateway_body_bytes_in_flight",
+            "Bytes of request bodies and WebSocket messages being received.",
+            lambda: services.bodies.used,
+        )
+        metrics.gauge(
+            "gateway_answer_bytes_in_flight",
+            "Bytes of large answers being sent.",
+            lambda: services.answers.used,
+        )
         self._server.add_sockets(sockets)
         self._sockets = []
         self._expiry = asyncio.create_task(self._expire_records())

@@ -100,6 +100,14 @@ class Settings(BaseModel):
     )
 
     max_body_bytes: int = setting(48 * MiB, "largest request body", ge=1024)
+    max_body_bytes_in_flight: int = setting(
+        256 * MiB,
+        "request bodies and WebSocket messages being received at once; past it: 503",
+        ge=1024,
+    )
+    max_body_bytes_in_flight_per_user: int = setting(
+        96 * MiB, "the same, for one user's requests (one body may pass it alone)", ge=1024
+    )
     max_json_depth: int = setting(
         64, "deepest nesting of a JSON body or message (else 400)", ge=2, le=1000
     )
@@ -162,6 +170,14 @@ class Settings(BaseModel):
     )
     body_timeout: float = setting(120.0, "seconds a request's body has to arrive", gt=0)
     write_timeout: float = setting(120.0, "seconds a client has to take a finished answer", gt=0)
+    max_answer_bytes_in_flight: int = setting(
+        256 * MiB,
+        "large answers being sent at once; past it an answer waits (up to write_timeout)",
+        ge=1024,
+    )
+    max_answer_bytes_in_flight_per_user: int = setting(
+        64 * MiB, "the same, for one user's answers (one answer may pass it alone)", ge=1024
+    )
     max_connections: int = setting(1000, "open HTTP connections; past it: 503 and closed", ge=1)
     max_streams_per_user: int = setting(8, "open WebSocket connections per user (else 429)", ge=1)
     max_event_bytes: int = setting(

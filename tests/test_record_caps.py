@@ -356,3 +356,30 @@ def test_a_notebook_of_failing_cells_fits_the_record_limit(small: GatewayThread)
     exported = client.request("GET", f"/v1/runs/{answer['run']['id']}/notebook")
     assert exported.status == 200
     nbformat.validate(nbformat.reads(exported.body.decode(), as_version=4))
+
+
+def test_cutting_many_outputs_copies_the_list_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bounds.py copied the whole outputs list for every output it cut: quadratic in the
+    outputs of a notebook record (80,000 outputs: 74 s; now 3 s). The same cuts, with the
+    items of the lists it copies counted: each list once, however many of its items are
+    cut."""
+    from gateway.runs import bounds
+
+    copied = [0]
+
+    def counting_list(items: Any = ()) -> list[Any]:
+        made = list(items)
+        copied[0] += len(made)
+        return made
+
+    monkeypatch.setattr(bounds, "list", counting_list, raising=False)
+    outputs = [
+        {"output_type": "display_data", "data": {"text/plain": "x" * 2000}, "metadata": {}}
+        for _ in range(1000)
+    ]
+    bounded = bounds.bound_json({"outputs": outputs, "notes": []}, 200_000, "cut")
+    stubs = [o for o in bounded["outputs"] if "left out" in o["data"]["text/plain"]]
+    assert len(stubs) > 500, len(stubs)
+    assert len(json.dumps(bounded)) <= 200_000
+    assert copied[0] <= 2 * len(outputs), copied[0]
+    assert outputs[0]["data"]["text/plain"] == "x" * 2000  # the input is not changed

@@ -3,35 +3,58 @@ the one place where errors become the API's error shape."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import tornado.web
 import tornado.websocket
 from tornado.concurrent import Future
 from tornado.http1connection import HTTP1Connection
+from tornado.httputil import HTTPHeaders
 from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream, StreamClosedError
 
 from gateway.auth import Principal, TokenTable
+from gateway.budget import ByteBudget, Hold
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
+    Overloaded,
     PayloadTooLarge,
     Unauthorized,
     UnsupportedMediaType,
 )
+from gateway.handlers.encode import (
+    GZIP_MIN_BYTES,
+    Encoded,
+    accepts_gzip,
+    compress,
+    compressible,
+    encode,
+    json_size,
+)
+from gateway.handlers.loads import RecentSizes, Turns
 from gateway.handlers.origin import refuse_foreign
-from gateway.jsoncodec import dumps_utf8, parse_json
+from gateway.jsoncodec import parse_json
 from gateway.metrics import Metrics
 from gateway.models.base import sent
+from gateway.offload import SMALL, offload_if
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
 from gateway.uploads.store import UploadStore
 
 log = logging.getLogger(__name__)
+
+JSON_TYPE = "application/json; charset=utf-8"
+# Answers up to this size are not counted in the answers budget (health, errors, a small
+# record): at most `max_connections` of them are in flight, and none waits for room.
+UNCOUNTED_ANSWER_BYTES = 64 * 1024
+BUSY_RETRY_AFTER = 2.0  # seconds, when a body or an answer finds no room
 
 _HTTP_CODES = {
     400: "invalid_request",
@@ -56,6 +79,26 @@ class Services:
     uploads: UploadStore | None = None
     # open WebSocket connections, closed by `Gateway.stop` after the drain
     open_streams: set[tornado.websocket.WebSocketHandler] = dataclasses.field(default_factory=set)
+    # bytes held for clients, by user: request bodies and WebSocket messages being received,
+    # and large answers being sent (see the settings of the same names)
+    bodies: ByteBudget = dataclasses.field(init=False)
+    answers: ByteBudget = dataclasses.field(init=False)
+    # answers loaded before their size is known (`gateway.handlers.loads`)
+    answer_turns: Turns = dataclasses.field(default_factory=Turns)
+    answer_sizes: RecentSizes = dataclasses.field(default_factory=RecentSizes)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.bodies = ByteBudget(
+            "request bodies",
+            settings.max_body_bytes_in_flight,
+            settings.max_body_bytes_in_flight_per_user,
+        )
+        self.answers = ByteBudget(
+            "answers",
+            settings.max_answer_bytes_in_flight,
+            settings.max_answer_bytes_in_flight_per_user,
+        )
 
 
 class GatewayHandler(tornado.web.RequestHandler):
@@ -94,10 +137,28 @@ class GatewayHandler(tornado.web.RequestHandler):
             raise Unauthorized(self.unauthorized_message)
         return principal
 
+    def refuse_unasked(self) -> None:
+        """Refuse, at the headers, a method this address does not serve (405) and a body
+        sent with a method that takes none (413): nothing of it is read, and the connection
+        is closed after the answer (tornado diverts an unread body away from the handler and
+        closes once the answer is written)."""
+        if self.request.method not in self.allowed_methods():
+            raise tornado.web.HTTPError(405)
+        if self.request.method != "POST" and announces_body(self.request.headers):
+            raise PayloadTooLarge(
+                f"{self.request.method} {self.request.path} takes no request body; send "
+                "the request without one."
+            )
+
     @property
     def user(self) -> Principal:
         assert self.principal is not None
         return self.principal
+
+    @property
+    def budget_key(self) -> str | None:
+        """Whose bytes these are, in the bodies and answers budgets: the caller's user."""
+        return None if self.principal is None else self.principal.user
 
     # --- response ---------------------------------------------------------------------
 
@@ -143,15 +204,27 @@ class GatewayHandler(tornado.web.RequestHandler):
 
 @tornado.web.stream_request_body
 class BaseHandler(GatewayHandler):
-    """An HTTP handler: its body read as it streams in, within a limit; JSON in and out."""
+    """An HTTP handler: its body read as it streams in, within a limit and the bodies
+    budget; JSON in and out, large answers within the answers budget.
+
+    A body is admitted at the headers, before a byte of it is read: refused when the
+    method takes none (`refuse_unasked`), when the caller has no valid token, when its
+    announced length is over the limit, or when the bodies in flight (of everyone, and of
+    this user) leave no room for it (503). Its bytes stay counted until the request is
+    answered or its connection is gone."""
 
     public = False  # True: no token needed
     body_limit: int | None = None  # None: settings.max_body_bytes
 
     def initialize(self, services: Services) -> None:
         super().initialize(services)
-        self._body = bytearray()
+        self._body: bytearray | bytes = bytearray()
+        self.body_size = 0  # bytes of body received
         self._body_too_large = False
+        self._body_hold: Hold | None = None
+        self._answer_hold: Hold | None = None
+        self._encoded = False  # the answer was made by `encode` (`send_parts`)
+        self._closed = False  # the client went away
 
     # --- request ----------------------------------------------------------------------
 
@@ -161,32 +234,67 @@ class BaseHandler(GatewayHandler):
 
     def prepare(self) -> None:
         self.refuse_foreign()
+        self.refuse_unasked()
         if not self.public:
             self.principal = self.authenticate()
-        length = self.request.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
+        self.admit_body()
+
+    def admit_body(self) -> None:
+        """Refuse a body over the limit, and take room for it from the bodies budget: all
+        its announced length at once, or chunk by chunk as a chunked body arrives."""
+        headers = self.request.headers
+        length = headers.get("Content-Length", "").strip()
+        announced = int(length) if length.isdigit() else None
+        if announced is not None and announced > self.limit:
             raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
         if isinstance(self.request.connection, HTTP1Connection):
             self.request.connection.set_max_body_size(self.limit * 4)
+        if announced or "Transfer-Encoding" in headers:
+            self._body_hold = self.services.bodies.try_take(announced or 0, self.budget_key)
+            if self._body_hold is None:
+                raise self._no_room_for_body()
+
+    def _no_room_for_body(self) -> Overloaded:
+        bodies = self.services.bodies
+        return Overloaded(
+            f"The gateway is receiving as many request bodies as it may hold "
+            f"({bodies.used} bytes in flight, {bodies.held_by(self.budget_key)} of them "
+            f"yours); try again shortly.",
+            retry_after=BUSY_RETRY_AFTER,
+        )
 
     def data_received(self, chunk: bytes) -> None:
-        if len(self._body) + len(chunk) > self.limit:
+        if self._body_too_large or self._finished:
+            return
+        received = self.body_size + len(chunk)
+        if received > self.limit:  # a chunked body (a longer one was refused at once)
             self._body_too_large = True
-            self._body.clear()
-        elif not self._body_too_large:
-            self._body += chunk
+            self._body = bytearray()
+            self._release_body()
+            return
+        hold = self._body_hold
+        if hold is not None and received > hold.nbytes and not hold.grow(received - hold.nbytes):
+            exc = self._no_room_for_body()
+            self.send_error(exc.status, exc_info=(type(exc), exc, None))
+            return
+        assert isinstance(self._body, bytearray)
+        self._body += chunk
+        self.body_size = received
 
     @property
     def body(self) -> bytes:
         if self._body_too_large:
             raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
-        return bytes(self._body)
+        if isinstance(self._body, bytearray):
+            self._body = bytes(self._body)
+        return self._body
 
-    def json_body(self) -> Any:
-        """The body as JSON. Only JSON media types are read: `application/json` and
-        `application/<x>+json` (e.g. `application/x-ipynb+json`). A web page can send a
-        form's types (`application/x-www-form-urlencoded`, `multipart/form-data`,
-        `text/plain`) or none to any site without asking, never these."""
+    async def json_body(self) -> Any:
+        """The body as JSON (parsed in the heavy-work pool when large). Only JSON media
+        types are read: `application/json` and `application/<x>+json` (e.g.
+        `application/x-ipynb+json`). A web page can send a form's types
+        (`application/x-www-form-urlencoded`, `multipart/form-data`, `text/plain`) or none
+        to any site without asking, never these."""
         content_type = self.request.headers.get("Content-Type", "")
         media = content_type.split(";")[0].strip().lower()
         if not is_json_media_type(media):
@@ -195,20 +303,165 @@ class BaseHandler(GatewayHandler):
                 f"Send JSON with `Content-Type: application/json`, not {shown}."
             )
         body = self.body
-        if not body.strip():
+        if not body or body.isspace():
             raise InvalidRequest("The request body is empty; send a JSON object.")
-        return parse_json(body, self.settings_.max_json_depth)
+        value = await offload_if(len(body), parse_json, body, self.settings_.max_json_depth)
+        self._body = b""  # parsed: its bytes are not needed again (its room is kept)
+        return value
+
+    def _release_body(self) -> None:
+        if self._body_hold is not None:
+            self._body_hold.release()
+
+    def on_finish(self) -> None:
+        self._body = b""
+        self._release_body()
+
+    def on_connection_close(self) -> None:
+        self._closed = True
+        self._body = b""
+        self._release_body()
+        if self._answer_hold is not None:
+            self._answer_hold.release()
+        super().on_connection_close()
 
     # --- response ---------------------------------------------------------------------
 
+    async def send_json(
+        self, payload: Any, status: int = 200, *, content_type: str = JSON_TYPE
+    ) -> None:
+        """Answer `payload`: plain JSON, or one of the models in gateway.models (sent as
+        `sent` says). A large answer waits for room in the answers budget (holding
+        `payload` meanwhile) and is encoded in the heavy-work pool."""
+        value = sent(payload)
+        size = await json_size(value)
+        if not self._take_answer_room(size):
+            await self._wait_for_answer_room(size)
+        await self._answer(value, size, status, content_type)
+
+    async def send_loaded(
+        self, load: Callable[[], Awaitable[Any]], *, content_type: str = JSON_TYPE
+    ) -> None:
+        """Answer what `load()` gives (200), as `send_json` does, for an answer that may be
+        large and can be loaded again (a stored record): see `gateway.handlers.loads`. A
+        user's loads take turns; a path whose last answer was large waits for room before
+        it loads, and an answer that finds no room lets go of what it loaded while it waits,
+        then loads it again."""
+        turns, sizes = self.services.answer_turns, self.services.answer_sizes
+        key = (self.budget_key, self.request.path)
+        admitted = False
+        while True:
+            async with turns.turn(self.budget_key):
+                known = sizes.get(key)
+                if admitted or known is None or self._take_answer_room(known):
+                    value = sent(await load())
+                    size = await json_size(value)
+                    sizes.put(key, size)
+                    if admitted or known is not None:
+                        self._fit_answer_room(size)
+                        break
+                    if self._take_answer_room(size):
+                        break
+                    value, known = None, size
+            await self._wait_for_answer_room(known)
+            if self._closed:
+                return
+            admitted = True
+        await self._answer(value, size, 200, content_type)
+
+    def _take_answer_room(self, size: int) -> bool:
+        """Room for an answer of about `size` bytes now; True also when it needs none."""
+        if size <= UNCOUNTED_ANSWER_BYTES:
+            return True
+        self._answer_hold = self.services.answers.try_take(size, self.budget_key)
+        return self._answer_hold is not None
+
+    def _fit_answer_room(self, size: int) -> None:
+        """Make the answer's room `size` bytes when it was taken for less (an estimate):
+        best effort, an answer already admitted is not refused."""
+        hold = self._answer_hold
+        if hold is not None and not hold.released and size > hold.nbytes:
+            hold.grow(size - hold.nbytes)
+        elif hold is None and size > UNCOUNTED_ANSWER_BYTES:
+            self._take_answer_room(size)
+
+    async def _answer(self, value: Any, size: int, status: int, content_type: str) -> None:
+        if self._closed:
+            return
+        self.set_header("Content-Type", content_type)
+        use_gzip = accepts_gzip(self.request) and compressible(content_type)
+        encoded = await offload_if(size, encode, value, use_gzip)
+        del value
+        self._fit_answer_room(encoded.size)
+        self.set_status(status)
+        self.send_parts(encoded)
+
+    async def _wait_for_answer_room(self, size: int) -> None:
+        """Wait (up to `write_timeout`) for room for an answer of `size` bytes; given back
+        at once if the client went away meanwhile."""
+        answers = self.services.answers
+        try:
+            hold = await answers.take(size, self.budget_key, self.settings_.write_timeout)
+        except TimeoutError as exc:
+            raise Overloaded(
+                f"The gateway is sending as many large answers as it may hold "
+                f"({answers.used} bytes in flight, {answers.held_by(self.budget_key)} of "
+                f"them to you); try again shortly.",
+                retry_after=BUSY_RETRY_AFTER,
+            ) from exc
+        self._answer_hold = hold
+        if self._closed:
+            hold.release()
+
+    def send_parts(self, encoded: Encoded) -> None:
+        """Finish with an answer made by `encode`. A large one is handed to the socket part
+        by part as it is: tornado would join a body to the headers (a copy of it), so the
+        headers go first and the parts after them (the stream keeps a view of each)."""
+        self._encoded = True
+        if encoded.gzipped:
+            self.set_header("Content-Encoding", "gzip")
+        self.set_header("Vary", "Accept-Encoding")
+        if encoded.size <= SMALL:
+            self.finish(b"".join(encoded.parts))
+            return
+        self.set_header("Content-Length", encoded.size)
+        self.flush()
+        connection = self.request.connection
+        if connection is not None and self.request.method != "HEAD":
+            for part in encoded.parts:
+                connection.write(part)
+        self.finish()
+
+    def _compressed(self, chunk: str | bytes) -> bytes:
+        """A small answer's bytes, compressed when the client takes gzip (every other
+        answer comes through `send_bytes`, made in `encode`)."""
+        data = chunk.encode("utf-8") if isinstance(chunk, str) else chunk
+        content_type = self._headers.get("Content-Type", "")
+        if not compressible(content_type) or "Content-Encoding" in self._headers:
+            return data
+        self.set_header("Vary", "Accept-Encoding")
+        if len(data) < GZIP_MIN_BYTES or not accepts_gzip(self.request):
+            return data
+        self.set_header("Content-Encoding", "gzip")
+        return compress(data)
+
     def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> Future[None]:
         """Finish the answer; a client that has not taken all of it `write_timeout` seconds
-        later loses its connection (else it could hold the answer in memory forever)."""
+        later loses its connection (else it could hold the answer in memory forever). The
+        answer's room in the answers budget is given back once it is taken or dropped."""
+        if isinstance(chunk, str | bytes) and not self._encoded and not self._headers_written:
+            chunk = self._compressed(chunk)
+        connection = self.request.connection
+        stream = connection.stream if isinstance(connection, HTTP1Connection) else None
         written = super().finish(chunk)
-        if not written.done():
+        taken = _all_written(stream)
+        hold = self._answer_hold
+        if hold is not None:
+            taken.add_done_callback(lambda _: hold.release())
+        if not taken.done():
             loop = IOLoop.current()
-            timer = loop.call_later(self.settings_.write_timeout, self._drop_unread, written)
-            written.add_done_callback(lambda _: loop.remove_timeout(timer))
+            timer = loop.call_later(self.settings_.write_timeout, self._drop_unread, taken)
+            taken.add_done_callback(lambda _: loop.remove_timeout(timer))
         return written
 
     def _drop_unread(self, written: Future[None]) -> None:
@@ -225,11 +478,25 @@ class BaseHandler(GatewayHandler):
         if isinstance(connection, HTTP1Connection):
             connection.close()
 
-    def send_json(self, payload: Any, status: int = 200) -> None:
-        """`payload`: plain JSON, or one of the models in gateway.models (sent as `sent`
-        says)."""
-        self.set_status(status)
-        self.finish(dumps_utf8(sent(payload)))
+
+def _all_written(stream: IOStream | None) -> Future[None]:
+    """Done when every byte queued on `stream` so far has gone to the socket, or the stream
+    is closed. (Not the future of `finish`: the connection resolves that one when any of
+    several writes completes, and forgets it when it is closed.)"""
+    if stream is not None and not stream.closed():
+        with contextlib.suppress(StreamClosedError):
+            return stream.write(b"")
+    done: Future[None] = Future()
+    done.set_result(None)
+    return done
+
+
+def announces_body(headers: HTTPHeaders) -> bool:
+    """Whether a request comes with a body (a length other than 0, or chunks)."""
+    length = headers.get("Content-Length")
+    if length is not None:
+        return length.strip() != "0"
+    return "Transfer-Encoding" in headers
 
 
 def is_json_media_type(media: str) -> bool:

@@ -9,6 +9,10 @@ from gateway.version import __version__
 
 
 class HealthHandler(BaseHandler):
+    """Public: whether this gateway serves (a load balancer's probe). What it runs (backend,
+    store, kernels, pools, version) only for a caller with a valid token, or on a
+    single-user gateway: running kernels and pool hits tell of other tenants' activity."""
+
     public = True
 
     async def get(self) -> None:
@@ -17,6 +21,10 @@ class HealthHandler(BaseHandler):
         status = "draining" if runs.draining else "ok"
         if not store_ok:  # not ready: a load balancer sends new runs to another replica
             status = "store_unavailable"
+        tokens = self.services.tokens
+        if tokens.enabled and tokens.authenticate(self.presented_token()) is None:
+            await self.send_json(Health(status=status), 200 if store_ok else 503)
+            return
         health = Health(
             status=status,
             backend=self.services.backend.name,
@@ -25,7 +33,7 @@ class HealthHandler(BaseHandler):
             pools={kind: Pool(**pool) for kind, pool in runs.kernels.describe().items()},
             version=__version__,
         )
-        self.send_json(health, 200 if store_ok else 503)
+        await self.send_json(health, 200 if store_ok else 503)
 
 
 STORE_PING_TIMEOUT = 3.0  # seconds: a health probe answers within its own timeout

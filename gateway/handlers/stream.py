@@ -26,13 +26,17 @@ from typing import Any, ClassVar
 import tornado.web
 import tornado.websocket
 
+from gateway.auth import Principal
 from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest
 from gateway.handlers.base import GatewayHandler, Services
+from gateway.handlers.metered import MessageRoom, MeteredProtocol
 from gateway.handlers.origin import origin_allowed
 from gateway.handlers.outbox import Outbox
 from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.models.answers import ErrorBody
 from gateway.models.base import sent
+from gateway.models.record import RunRecord
+from gateway.models.request import RunRequest
 from gateway.models.stream import (
     MAX_REF_CHARS,
     AcceptedEvent,
@@ -43,10 +47,12 @@ from gateway.models.stream import (
     OutputEvent,
     RunMessage,
 )
+from gateway.offload import offload, offload_if
 from gateway.runs.archives import check_archive
 from gateway.runs.bounds import bound_json
 from gateway.runs.requests import run_request
 from gateway.runs.service import ActiveRun
+from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +90,25 @@ def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) 
     )
 
 
+def _run_message(data: dict[str, Any], settings: Settings, caller: Principal) -> RunRequest:
+    return run_request(RunMessage.parse(data), settings, caller)
+
+
+def _done_event(run: _Run, record: RunRecord, limit: int) -> bytes:
+    """The `done` event of a run, its record cut to `limit` bytes (CPU work that grows with
+    the record: made in the heavy-work pool)."""
+    data = bound_json(
+        record.to_json(),
+        limit - 1024,  # room for the event around the record
+        f"This `done` event was over its limit of {limit} bytes: its largest parts were "
+        f"cut. The whole record is at GET /v1/runs/{run.id}.",
+    )
+    return _encode(DoneEvent(type="done", ref=run.ref, id=run.id, run=data))
+
+
+# The handshake is a GET: as on every HTTP endpoint, a body sent with it is refused at the
+# headers (`refuse_unasked`), which needs the body streamed rather than read in full first.
+@tornado.web.stream_request_body
 class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
     unauthorized_message = (
         "A valid token is required: `?token=<token>` on the handshake, "
@@ -99,6 +124,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         self._refs: dict[str | int, _Run] = {}  # unfinished runs by ref
         self._cancelling: set[str] = set()  # runs this connection is cancelling
         self._connected = False
+        self.room: MessageRoom | None = None  # made with the protocol, after the handshake
         self._done_lock = asyncio.Lock()  # `done` events are queued one at a time
         self.outbox = Outbox(
             self._send,
@@ -126,6 +152,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         self._query_token = self.get_query_argument("token", None)
         self._redact_token()
         self.refuse_foreign()
+        self.refuse_unasked()
         self.principal = self.authenticate()
         # Counted here and added in `open`: nothing in between yields to the event loop,
         # so two handshakes of one user cannot both pass the check.
@@ -159,6 +186,16 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         header = super().presented_token()
         return self._query_token if header is None else header
 
+    def get_websocket_protocol(self) -> tornado.websocket.WebSocketProtocol | None:
+        """tornado's protocol, its incoming messages counted in the bodies budget (the
+        caller's share and everyone's total) as they arrive (`gateway.handlers.metered`)."""
+        protocol = super().get_websocket_protocol()
+        if not isinstance(protocol, tornado.websocket.WebSocketProtocol13):
+            return protocol
+        metered = MeteredProtocol(self, False, protocol.params)
+        metered.room = self.room = MessageRoom(self.services.bodies, self.user.user)
+        return metered
+
     def check_origin(self, origin: str) -> bool:
         """`prepare` already refused foreign origins (`gateway.handlers.origin`)."""
         return origin_allowed(
@@ -181,6 +218,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
 
     def on_close(self) -> None:
         self._connected = False
+        if self.room is not None:
+            self.room.release()
         self.services.open_streams.discard(self)
         self._keep(asyncio.ensure_future(self._close_runs()))
 
@@ -200,6 +239,15 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
     # --- incoming ---------------------------------------------------------------------
 
     async def on_message(self, message: str | bytes) -> None:
+        """One message, handled before the next is read; its bytes stay counted in the
+        bodies budget until then."""
+        try:
+            await self._handle(message)
+        finally:
+            if self.room is not None:
+                self.room.release()
+
+    async def _handle(self, message: str | bytes) -> None:
         # Not reading on while answers pile up is the backpressure on a non-reading client.
         await self.outbox.wait_for_room()
         if not self._connected:
@@ -209,7 +257,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         try:
             if isinstance(message, bytes):
                 raise InvalidRequest("Send JSON messages as text frames, not binary ones.")
-            data = parse_json(message, self.settings_.max_json_depth, "The message")
+            depth = self.settings_.max_json_depth
+            data = await offload_if(len(message), parse_json, message, depth, "The message")
             if not isinstance(data, dict):
                 raise InvalidRequest("A message must be a JSON object with a `type`.")
             ref = data.get("ref")
@@ -244,7 +293,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
             )
         if ref is not None and ref in self._refs:
             raise InvalidRequest(f"A run with ref {ref!r} is still in progress.", field="ref")
-        request = run_request(RunMessage.parse(data), self.settings_, self.user)
+        size = self.room.held if self.room is not None else 0
+        request = await offload_if(size, _run_message, data, self.settings_, self.user)
         await check_archive(self.services.uploads, request.archive, request.user)
         run = _Run(ref=ref)
         active = await self.services.runs.submit(
@@ -272,20 +322,15 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         record = active.record
         with contextlib.suppress(asyncio.CancelledError):
             record = await asyncio.shield(active.task)
-        limit = self.settings_.max_event_bytes
-        data = bound_json(
-            record.to_json(),
-            limit - 1024,  # room for the event around the record
-            f"This `done` event was over its limit of {limit} bytes: its largest parts were "
-            f"cut. The whole record is at GET /v1/runs/{run.id}.",
-        )
+        event = await offload(_done_event, run, record, self.settings_.max_event_bytes)
         self._runs.pop(run.id, None)
         if run.ref is not None:
             self._refs.pop(run.ref, None)
         async with self._done_lock:
             await self.outbox.wait_for_room()
             self._flush_drop_notice(run)
-            self._emit(DoneEvent(type="done", ref=run.ref, id=run.id, run=data))
+            if self._connected:
+                self.outbox.put(event)
 
     async def _cancel(self, data: dict[str, Any]) -> None:
         run_id = data.get("id")

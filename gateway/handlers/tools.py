@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
 from gateway.models.tools import CodeExecStarted
+from gateway.offload import offload_if
 from gateway.runs.archives import check_archive
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
@@ -13,15 +14,19 @@ from gateway.tools.run_python import parse_run_python, run_python_answer
 
 class CodeRunToolHandler(BaseHandler):
     async def post(self) -> None:
-        call = parse_code_run(self.json_body(), self.settings_, self.user)
+        data = await self.json_body()
+        call = await offload_if(self.body_size, parse_code_run, data, self.settings_, self.user)
         record = await self.services.runs.run(call.request)
-        self.send_json(code_run_answer(call, record))
+        await self.send_json(code_run_answer(call, record))
 
 
 class RunPythonToolHandler(BaseHandler):
     async def post(self) -> None:
-        call = parse_run_python(
-            self.json_body(),
+        data = await self.json_body()
+        call = await offload_if(
+            self.body_size,
+            parse_run_python,
+            data,
             self.settings_,
             self.user,
             archives=self.services.uploads is not None,
@@ -29,17 +34,18 @@ class RunPythonToolHandler(BaseHandler):
         request = call.request
         await check_archive(self.services.uploads, request.archive, request.user)
         record = await self.services.runs.run(request)
-        self.send_json(run_python_answer(call, record))
+        await self.send_json(run_python_answer(call, record))
 
 
 class CodeExecToolHandler(BaseHandler):
     async def post(self) -> None:
-        call = parse_code_exec(self.json_body(), self.settings_, self.user)
+        data = await self.json_body()
+        call = await offload_if(self.body_size, parse_code_exec, data, self.settings_, self.user)
         runs = self.services.runs
         if call.request.background:
             active = await runs.submit(call.request)
             self.set_header("Location", f"/v1/runs/{active.record.id}")
-            self.send_json(CodeExecStarted(task_id=active.record.id), 202)
+            await self.send_json(CodeExecStarted(task_id=active.record.id), 202)
             return
         record = await runs.run(call.request)
-        self.send_json(code_exec_answer(call, record))
+        await self.send_json(code_exec_answer(call, record))

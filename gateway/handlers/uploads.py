@@ -61,7 +61,7 @@ class UploadsHandler(BaseHandler):
         if not data:
             raise archive_error("archive_invalid", "The upload is empty; send a .zip or .tar.gz.")
         upload = await store.create(data, self.user.user)
-        self.send_json(upload.to_json(), 201)
+        await self.send_json(upload.to_json(), 201)
 
     def _archive_bytes(self) -> bytes:
         content_type = self.request.headers.get("Content-Type", "")

@@ -32,17 +32,25 @@ class StoreHealth(Answer):
     ok: bool = Field(description="the store answered just now")
 
 
+DETAILS = (
+    "Only for a caller with a valid token (or on a single-user gateway): without one, "
+    "health says only `status`"
+)
+
+
 class Health(Answer):
     status: Literal["ok", "draining", "store_unavailable"] = Field(
         description="`draining` after SIGTERM: running runs finish, new ones get 429. "
         "`store_unavailable` (answered with 503): the run store cannot be reached, so this "
         "gateway is not ready for new runs"
     )
-    backend: Literal["docker", "local"]
-    store: StoreHealth
-    kernels: Kernels
-    pools: dict[str, Pool] = Field(description="the warm pools, by kind of kernel")
-    version: str
+    backend: Literal["docker", "local"] | None = Field(None, description=DETAILS)
+    store: StoreHealth | None = Field(None, description=DETAILS)
+    kernels: Kernels | None = Field(None, description=DETAILS)
+    pools: dict[str, Pool] | None = Field(
+        None, description=f"the warm pools, by kind of kernel. {DETAILS}"
+    )
+    version: str | None = Field(None, description=DETAILS)
 
 
 class RunAccepted(Answer):

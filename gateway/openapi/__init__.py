@@ -55,7 +55,12 @@ types any web page may send to any address without a CORS preflight. Send
 string with a lone surrogate (`"\\ud800"`) or JSON nested more than `max_json_depth`
 (default 64) levels deep is 400 `invalid_request`. Unknown fields are 400 `invalid_request`
 with `field` naming the first one (the seed-compatible tool endpoints follow their manuals).
-A body over the operator's limit (default 48 MiB) is 413.
+A body over the operator's limit (default 48 MiB) is 413, and so is a body sent with any method
+but POST; both are refused at the headers, before the body is read. A body that finds no room
+among the bodies in flight (`max_body_bytes_in_flight`, per user
+`max_body_bytes_in_flight_per_user`) is 503 `capacity` with `Retry-After`, at its headers too
+(send `Expect: 100-continue` to learn it before sending the body). Answers are gzip-compressed
+when asked (`Accept-Encoding: gzip`).
 
 **Errors** are never HTML and never a stack trace: `{"error": {"code", "message", "field"?}}`
 (schema `Error`; the codes by status are in its `x-error-codes`). A message quotes at most

@@ -60,7 +60,8 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "PayloadTooLarge",
         "`payload_too_large`: the body, `code`, a staged file, the number or total size of "
         "`files`, or the number of `return_files` is over the operator's limit; the message "
-        "names the limit and `field` the field.",
+        "names the limit and `field` the field. Also a body sent with a method that takes "
+        "none (only POST does): refused at the headers, and the connection closed.",
     ),
     415: (
         "UnsupportedMediaType",
@@ -84,8 +85,11 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "`sandbox_unavailable`: no kernel or sandbox could be started for this run (e.g. the "
         "container engine failed, or the kernel was not ready within `kernel_start_timeout`). "
         "Not the caller's fault; retrying later may work. `capacity`: the gateway has "
-        "`max_connections` connections open; this one was answered at once and closed "
-        "(with `Retry-After`). `store_unavailable`: the run store (the PostgreSQL database "
+        "`max_connections` connections open (this one was answered at once and closed), or "
+        "no room now for this request's body (`max_body_bytes_in_flight`, and its per-user "
+        "share: refused at the headers) or its answer (`max_answer_bytes_in_flight`, and "
+        "its per-user share: after waiting up to `write_timeout`); with `Retry-After`. "
+        "`store_unavailable`: the run store (the PostgreSQL database "
         "that gateway replicas share) cannot be reached now (with `Retry-After`).",
     ),
 }
@@ -106,7 +110,7 @@ def error_response_components() -> Schema:
             f"{text} Codes: {', '.join(codes)}.",
             example=example,
         )
-        if status == 429:
+        if status in (429, 503):
             response["headers"] = {"Retry-After": RETRY_AFTER}
         if status == 401:
             response["headers"] = {

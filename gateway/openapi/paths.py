@@ -122,7 +122,7 @@ PATHS: dict[str, Schema] = {
             "`max_record_store_bytes_per_user` (default 1 GiB) in all: past that, the user's "
             "oldest finished records are deleted (404 from then on); records of runs in "
             "progress never are. Another user's run is 404 (admins see every run).",
-            {"200": answer("RunRecord", "The run record."), **errors(401, 404)},
+            {"200": answer("RunRecord", "The run record."), **errors(401, 404, 413, 503)},
         ),
         "delete": operation(
             "cancelRun",
@@ -131,7 +131,10 @@ PATHS: dict[str, Schema] = {
             "Its kernel and sandbox are destroyed and the answer is the record with `status: "
             "cancelled`, `kill_reason: cancelled` and whatever output came before. A run that "
             "already ended is left as it is (the answer is its record).",
-            {"200": answer("RunRecord", "The record after cancelling."), **errors(401, 404)},
+            {
+                "200": answer("RunRecord", "The record after cancelling."),
+                **errors(401, 404, 413, 503),
+            },
         ),
     },
     "/v1/runs/{id}/notebook": {
@@ -146,7 +149,7 @@ PATHS: dict[str, Schema] = {
             "replayed. Sent with `Content-Disposition: attachment`.",
             {
                 "200": answer(ref("Notebook"), "The notebook.", "application/x-ipynb+json"),
-                **errors(401, 404),
+                **errors(401, 404, 413, 503),
             },
         ),
     },
@@ -192,7 +195,7 @@ PATHS: dict[str, Schema] = {
             "upload).",
             {
                 "201": answer("Upload", "The archive passed every check and is stored."),
-                **errors(400, 401, 403, 413, 415),
+                **errors(400, 401, 403, 413, 415, 503),
             },
             extra={
                 "requestBody": {
@@ -290,7 +293,7 @@ PATHS: dict[str, Schema] = {
             "`x-websocket-messages`.",
             {
                 "101": {"description": "Switching to the WebSocket protocol."},
-                **errors(400, 401, 403, 429),
+                **errors(400, 401, 403, 413, 429),
             },
             extra={
                 "security": [{"bearer": []}, {"queryToken": []}],
@@ -318,10 +321,13 @@ PATHS: dict[str, Schema] = {
             "health",
             "operations",
             "Is the gateway up",
-            "Public: no token needed.",
+            "Public: no token needed. Without a valid token (on a gateway with tokens) the "
+            "answer is only `{status}`; with one (or on a single-user gateway) also the "
+            "backend, the store, kernels, pools and version, which tell of other tenants' "
+            "activity.",
             {
                 "200": answer("Health", "The gateway's state."),
-                **errors(),
+                **errors(413),
                 "503": answer(
                     "Health", "The run store cannot be reached: this gateway is not ready."
                 ),
@@ -338,7 +344,7 @@ PATHS: dict[str, Schema] = {
             "pool size, queue length, runs in progress.",
             {
                 "200": answer(TEXT, "Prometheus text exposition format 0.0.4.", "text/plain"),
-                **errors(401),
+                **errors(401, 413),
             },
         )
     },
@@ -348,7 +354,10 @@ PATHS: dict[str, Schema] = {
             "operations",
             "This document",
             "Public: no token needed.",
-            {"200": answer({"type": "object"}, "The OpenAPI 3.1 document."), **errors()},
+            {
+                "200": answer({"type": "object"}, "The OpenAPI 3.1 document."),
+                **errors(413),
+            },
             public=True,
         )
     },
@@ -358,7 +367,7 @@ PATHS: dict[str, Schema] = {
             "stream",
             "A browser page to run code and watch its output live",
             PAGE,
-            {"200": answer(TEXT, "The page.", "text/html"), **errors(404)},
+            {"200": answer(TEXT, "The page.", "text/html"), **errors(404, 413)},
             public=True,
         )
     },
@@ -373,7 +382,7 @@ PATHS: dict[str, Schema] = {
                     "description": "The file.",
                     "content": {media: {"schema": s} for media, s in PAGE_FILES.items()},
                 },
-                **errors(404),
+                **errors(404, 413),
             },
             public=True,
             extra={

@@ -73,11 +73,19 @@ def _small_error(error: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _replace_item(key: str, index: int, make: Callable[[], Any]) -> Callable[[dict[str, Any]], int]:
+def _replace_item(
+    key: str, index: int, make: Callable[[], Any], copied: set[str]
+) -> Callable[[dict[str, Any]], int]:
+    """Replace one item of the list `record[key]`. The list is copied on its first cut only
+    (`copied` is shared by the cuts of one record), so that cutting n items costs n, not
+    n times the list's length."""
+
     def cut(record: dict[str, Any]) -> int:
-        items = list(record[key])
+        if key not in copied:
+            record[key] = list(record[key])
+            copied.add(key)
+        items = record[key]
         items[index] = make()
-        record[key] = items
         return _size(items[index])
 
     return cut
@@ -111,15 +119,16 @@ def _file_stub(item: dict[str, Any]) -> dict[str, Any]:
 def _parts(data: dict[str, Any]) -> list[_Part]:
     """Every part of a record's JSON that can be cut, with its size and how to cut it."""
     parts: list[_Part] = []
+    copied: set[str] = set()  # the lists already copied by a cut
     for index, output in enumerate(data.get("outputs") or []):
         size = _size(output)
         stub = functools.partial(_stub_output, output, size)
-        parts.append(_Part(size, _replace_item("outputs", index, stub)))
+        parts.append(_Part(size, _replace_item("outputs", index, stub, copied)))
     for index, chart in enumerate(data.get("charts") or []):
-        parts.append(_Part(_size(chart), _replace_item("charts", index, lambda: None)))
+        parts.append(_Part(_size(chart), _replace_item("charts", index, lambda: None, copied)))
     for index, item in enumerate(data.get("files") or []):
         stub = functools.partial(_file_stub, item)
-        parts.append(_Part(_size(item), _replace_item("files", index, stub)))
+        parts.append(_Part(_size(item), _replace_item("files", index, stub, copied)))
     if data.get("result") is not None:
         parts.append(_Part(_size(data["result"]), _replace("result", lambda: None)))
     error = data.get("error")

@@ -1,0 +1,60 @@
+"""A WebSocket connection whose incoming messages are counted in the bodies budget as they
+arrive, before tornado buffers them: a message may be as large as a request body, and a
+user may open several connections, so each message being received takes room from the
+same budget as the request bodies (the user's share, and everyone's total).
+
+Room is taken before each read of a frame's bytes (tornado reads a frame's whole payload
+at once), and given back when the message has been handled (`StreamHandler.on_message`)
+or the connection is gone. A message that finds no room closes its connection with 1013
+("try again later"), before its payload is read. The few bytes of control frames (pings,
+pongs) are counted with the next message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from tornado.iostream import StreamClosedError
+from tornado.websocket import WebSocketProtocol13
+
+from gateway.budget import ByteBudget, Hold
+
+TRY_AGAIN_LATER = 1013  # RFC 6455's registry: the server is overloaded
+
+
+class MessageRoom:
+    """The room one connection's message being received takes in a budget."""
+
+    def __init__(self, budget: ByteBudget, key: Hashable) -> None:
+        self.budget = budget
+        self.key = key
+        self._hold: Hold | None = None
+
+    @property
+    def held(self) -> int:
+        return 0 if self._hold is None or self._hold.released else self._hold.nbytes
+
+    def take(self, nbytes: int) -> bool:
+        """Room for `nbytes` more of this message; False when there is none."""
+        if self._hold is None or self._hold.released:
+            self._hold = self.budget.try_take(nbytes, self.key)
+            return self._hold is not None
+        return self._hold.grow(nbytes)
+
+    def release(self) -> None:
+        if self._hold is not None:
+            self._hold.release()
+            self._hold = None
+
+
+class MeteredProtocol(WebSocketProtocol13):
+    """tornado's RFC 6455 protocol, each read of incoming bytes first taken from `room`."""
+
+    room: MessageRoom
+
+    async def _read_bytes(self, n: int) -> bytes:
+        if not self.room.take(n):
+            self.close(TRY_AGAIN_LATER, "The gateway is receiving too much; try again later.")
+            self._abort()
+            raise StreamClosedError()
+        return await super()._read_bytes(n)
