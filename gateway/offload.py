@@ -4,9 +4,11 @@ validating notebooks, cutting large records, checking a large kernel message's s
 It runs in a small pool of threads of its own (`WORKERS`), never in asyncio's default
 executor, which the Docker SDK's calls and file staging share: a burst of heavy requests
 then waits for a worker instead of taking every thread the engine calls need. The threads
-share the GIL with the loop, so the loop is slowed while they work, not frozen: CPython
-hands the GIL back every switch interval (5 ms), and `/v1/health` and lease renewal keep
-answering within milliseconds. Small work (`SMALL` bytes or less) runs inline: a thread
+share the GIL with the loop. Python code there only slows the loop (CPython hands the GIL
+back every switch interval, 5 ms), but one long call into C that keeps the GIL (a
+`json.dumps` or `json.loads` of tens of megabytes) freezes it for that call's length: such
+work is cut into pieces of about a megabyte (`handlers/encode.py` encodes answers so), or
+kept small by the bounds upstream. Small work (`SMALL` bytes or less) runs inline: a thread
 hop costs more than it saves.
 
 The pool is made on first use and lives as long as the process, as asyncio's own default
