@@ -87,6 +87,9 @@ class PostgresStore(RecordStore):
         self.dsn = dsn
         self.lease = lease
         self.open_timeout = open_timeout
+        # uploads hold a connection while they wait for their user's lock and send up to
+        # 21 MiB: at most half of the pool, so that they never starve everything else
+        self.upload_connections = max(1, pool_size // 2)
         self.pool = psycopg_pool.AsyncConnectionPool(
             dsn,
             min_size=1,
