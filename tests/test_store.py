@@ -149,6 +149,27 @@ def test_a_cancel_request_is_answered_by_the_final_record(make: Make) -> None:
     run(main, make())
 
 
+def test_a_large_record_is_stored_and_read_back_intact(make: Make) -> None:
+    """A record far past the size encoded inline (store/records.py: in the heavy-work pool,
+    in turns) comes back exactly as it went in: 2 MiB of outputs, a 20,000-cell notebook,
+    text that JSON must escape."""
+
+    async def main(store: RecordStore) -> None:
+        big = record("run_big")
+        big.outputs = [{"output_type": "display_data", "data": {"text/plain": 'é"\n' * 350_000}}]
+        big.notebook = {
+            "cells": [{"cell_type": "markdown", "source": str(i)} for i in range(20_000)]
+        }
+        big.result = {"nested": [1.5, None, True, "\u0000"]}
+        assert await store.admit(big, limit=10) is None
+        big.status = "succeeded"
+        assert (await store.finish(big)).kept
+        got = await store.get("run_big")
+        assert got is not None and got.to_storage() == big.to_storage()
+
+    run(main, make())
+
+
 def test_ping_and_describe(make: Make) -> None:
     async def main(store: RecordStore) -> None:
         await store.ping()

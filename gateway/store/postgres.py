@@ -38,6 +38,7 @@ from gateway.models.record import RunRecord
 from gateway.settings import Settings
 from gateway.store.base import Finished, RecordQuota, RecordStore, Renewal
 from gateway.store.migrate import migrate
+from gateway.store.records import dump, encode, load
 from gateway.uploads.shelf import UploadShelf
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class PostgresStore(RecordStore):
     # --- run records --------------------------------------------------------------------
 
     async def admit(self, record: RunRecord, limit: int) -> int | None:
-        payload = _dump(record)
+        payload = await dump(record)
         async with self.connection() as conn:
             await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
@@ -180,7 +181,7 @@ class PostgresStore(RecordStore):
         return None
 
     async def update(self, record: RunRecord) -> bool:
-        payload = _dump(record)
+        payload = await dump(record)
         async with self.connection() as conn:
             cursor = await conn.execute(
                 "UPDATE runs SET status = %s, record = %s, size = %s "
@@ -190,7 +191,7 @@ class PostgresStore(RecordStore):
             return cursor.rowcount > 0
 
     async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
-        payload = _dump(record)
+        payload = await dump(record)
         async with self.connection() as conn:
             await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
@@ -207,7 +208,7 @@ class PostgresStore(RecordStore):
         async with self.connection() as conn:
             cursor = await conn.execute("SELECT record FROM runs WHERE id = %s", (run_id,))
             row = await cursor.fetchone()
-        return None if row is None else RunRecord.from_storage(json.loads(row[0]))
+        return None if row is None else await load(row[0])
 
     async def expire(self, ttl: float) -> int:
         async with self.connection() as conn:
@@ -342,14 +343,10 @@ async def _fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
         record.status = "failed"
         record.exit_code = None
         record.notes.append(note.format(replica=replica))
-        stored = _dump(record)
+        stored = encode(record.to_storage())  # at start, or in the heartbeat's thread
         await conn.execute(
             "UPDATE runs SET status = 'failed', record = %s, size = %s, lease_until = NULL "
             "WHERE id = %s",
             (stored, len(stored), run_id),
         )
     return len(rows)
-
-
-def _dump(record: RunRecord) -> str:
-    return json.dumps(record.to_storage(), separators=(",", ":"))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import sqlite3
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
 from gateway.store.base import Finished, RecordQuota, RecordStore
+from gateway.store.records import decode, dump, encode, load
 from gateway.uploads.disk import DiskShelf
 from gateway.uploads.shelf import UploadShelf
 
@@ -100,7 +100,7 @@ class SQLiteStore(RecordStore):
         return {"kind": self.kind, "path": str(self.path)}
 
     async def admit(self, record: RunRecord, limit: int) -> int | None:
-        payload = _dump(record)
+        payload = await dump(record)
         result: int | None = await self._call(
             self._admit, record.id, record.user, record.status, payload, limit
         )
@@ -121,11 +121,12 @@ class SQLiteStore(RecordStore):
         return None
 
     async def update(self, record: RunRecord) -> bool:
-        await self._call(self._put, record.id, record.user, record.status, _dump(record))
+        payload = await dump(record)
+        await self._call(self._put, record.id, record.user, record.status, payload)
         return True
 
     async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
-        payload = _dump(record)
+        payload = await dump(record)
         evicted: int = await self._call(
             self._put, record.id, record.user, record.status, payload, quota
         )
@@ -174,7 +175,7 @@ class SQLiteStore(RecordStore):
 
     async def get(self, run_id: str) -> RunRecord | None:
         row = await self._call(self._get, run_id)
-        return None if row is None else RunRecord.from_storage(json.loads(row))
+        return None if row is None else await load(row)
 
     def _get(self, run_id: str) -> str | None:
         row = self._conn().execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -193,11 +194,11 @@ class SQLiteStore(RecordStore):
             .fetchall()
         )
         for (payload,) in rows:
-            record = RunRecord.from_storage(json.loads(payload))
+            record = decode(payload)  # in the store's thread, at start
             record.status = "failed"
             record.exit_code = None
             record.notes.append(note)
-            self._put(record.id, record.user, record.status, _dump(record))
+            self._put(record.id, record.user, record.status, encode(record.to_storage()))
         return len(rows)
 
     async def expire(self, ttl: float) -> int:
@@ -210,7 +211,3 @@ class SQLiteStore(RecordStore):
             (before,),
         )
         return cursor.rowcount
-
-
-def _dump(record: RunRecord) -> str:
-    return json.dumps(record.to_storage(), separators=(",", ":"))
