@@ -415,3 +415,30 @@ def test_the_upload_quota_holds_across_replicas_uploading_at_once(dsn: str) -> N
         assert row is not None and row[0] == 3
 
     run(main, PostgresStore(dsn, "a", pool_size=8), PostgresStore(dsn, "b", pool_size=8))
+
+
+def test_health_reaches_the_store_while_the_pool_is_exhausted(dsn: str) -> None:
+    """Every pooled connection held (row 5: uploads waiting for their user's lock): the
+    store still answers its readiness ping at once, on a connection of its own. Before: the
+    ping waited for a pooled one, and /v1/health answered 503 after its 3 s."""
+
+    async def main(store: PostgresStore) -> None:
+        both = asyncio.Barrier(3)  # the two holders and this test
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with store.connection() as conn:
+                await conn.execute("SELECT 1")
+                await both.wait()
+                await release.wait()
+
+        holders = [asyncio.ensure_future(hold()) for _ in range(2)]
+        await both.wait()
+        try:
+            assert await store.answers(1.0)
+            assert await store.answers(1.0)  # again, on the same connection
+        finally:
+            release.set()
+            await asyncio.gather(*holders)
+
+    run(main, PostgresStore(dsn, "a", pool_size=2, wait_timeout=5))

@@ -103,6 +103,8 @@ class PostgresStore(RecordStore):
         )
         self._listener: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()
+        self._pinger: Conn | None = None  # the health ping's own connection
+        self._ping_lock = asyncio.Lock()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -125,6 +127,10 @@ class PostgresStore(RecordStore):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
             self._listener = None
+        if self._late_ping is not None:  # a ping on a store that hangs: it fails at close
+            await self._close_pinger()
+            await asyncio.wait({self._late_ping}, timeout=5)
+        await self._close_pinger()
         await self.pool.close()
 
     def upload_shelf(self, settings: Settings) -> UploadShelf:
@@ -133,8 +139,37 @@ class PostgresStore(RecordStore):
         return PostgresShelf(self, settings.upload_ttl)
 
     async def ping(self) -> None:
-        async with self.connection(timeout=3.0) as conn:
-            await conn.execute("SELECT 1")
+        """On a connection of its own (made again when lost), never one of the pool: a pool
+        that uploads or a burst of requests hold does not make a healthy store look down."""
+        async with self._ping_lock:
+            reused = self._pinger is not None and not self._pinger.closed
+            try:
+                await self._ping_once()
+            except psycopg.Error as exc:
+                await self._close_pinger()
+                if not reused:
+                    raise unavailable(exc) from exc
+                # a connection the server dropped since the last ping (it restarted): a
+                # new one says whether the store answers now
+                try:
+                    await self._ping_once()
+                except psycopg.Error as again:
+                    await self._close_pinger()
+                    raise unavailable(again) from again
+
+    async def _ping_once(self) -> None:
+        if self._pinger is None or self._pinger.closed or self._pinger.broken:
+            await self._close_pinger()
+            self._pinger = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, **CONNECTION_OPTIONS
+            )
+        await self._pinger.execute("SELECT 1")
+
+    async def _close_pinger(self) -> None:
+        pinger, self._pinger = self._pinger, None
+        if pinger is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await pinger.close()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, **redact(self.dsn), "replica": self.replica}
@@ -147,10 +182,7 @@ class PostgresStore(RecordStore):
             async with self.pool.connection(timeout=timeout) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            log.warning("store: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
-            raise StoreUnavailable(
-                "The run store cannot be reached now; try again shortly.", retry_after=5
-            ) from exc
+            raise unavailable(exc) from exc
 
     # --- run records --------------------------------------------------------------------
 
@@ -298,6 +330,14 @@ class PostgresStore(RecordStore):
             return
         if replica == self.replica and self.on_cancel is not None:
             self.on_cancel(run_id, str(note or "The run was cancelled."))
+
+
+def unavailable(exc: Exception) -> StoreUnavailable:
+    """The 503 for a driver's failure (logged in one line)."""
+    log.warning("store: %s", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+    return StoreUnavailable(
+        "The run store cannot be reached now; try again shortly.", retry_after=5
+    )
 
 
 async def lock_user(conn: Conn, kind: int, user: str) -> None:
