@@ -29,6 +29,7 @@ from gateway.sandbox.base import SandboxBackend
 from gateway.sandbox.select import choose_backend, instance_id
 from gateway.settings import Settings
 from gateway.store.base import RecordStore
+from gateway.store.instance import FileLock, machine_lock
 from gateway.store.select import make_store
 from gateway.uploads.store import UploadStore
 
@@ -61,6 +62,7 @@ class Gateway:
         self._sockets: list[socket.socket] = []
         self._expiry: asyncio.Task[None] | None = None
         self._leases: asyncio.Task[None] | None = None
+        self._instance: FileLock | None = None  # this machine's lock on the instance id
         self.services: Services | None = None
         self.backend: SandboxBackend | None = None
         self.store: RecordStore | None = None
@@ -81,14 +83,19 @@ class Gateway:
         )  # first: a port in use fails before anything else was started
         self._sockets = sockets  # closed by stop() until the HTTP server owns them
         self.port = sockets[0].getsockname()[1]
+        # The instance id first (gateway/store/instance.py): the backend's start removes
+        # what a crashed gateway of this id left, and recover() fails its runs, which must
+        # never be a live process's.
+        ident = instance_id(settings)
+        self._instance = machine_lock(ident, settings.data_dir)
+        self.store = make_store(settings, ident)
+        await self.store.open()  # SQLite: its file's lock
         backend, self.backend_reason = await choose_backend(settings, self.tokens.multi_user)
         log.info("%s", self.backend_reason)
         if not self.tokens.enabled:
             log.warning("no --tokens file: single-user mode, listening on loopback only")
         self.backend = backend
         await backend.startup()
-        self.store = make_store(settings, instance_id(settings))
-        await self.store.open()
         failed = await self.store.recover(
             "The gateway stopped while this run was in progress; its result is lost."
         )
@@ -165,6 +172,9 @@ class Gateway:
             await self.store.close()
         if self.context is not None:
             self.context.destroy(linger=0)
+        if self._instance is not None:  # last: the backend removed this id's sandboxes
+            self._instance.release()
+            self._instance = None
 
 
 async def serve(settings: Settings) -> None:

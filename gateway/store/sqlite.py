@@ -1,6 +1,8 @@
 """`SQLiteStore`: run records in SQLite under the data dir (or the file `--store
 sqlite:///PATH` names), so they survive a restart (DESIGN.md decision 9). One gateway per
-file: it owns every run in it, so it has no leases and no other replica to ask.
+file: it owns every run in it, so it has no leases and no other replica to ask; while open
+it holds an exclusive lock on `<file>.lock`, so a second gateway on the same file (which
+would fail the first one's runs as leftovers at its start) is refused.
 
 sqlite3 is synchronous: every call runs on one dedicated thread, which also serialises
 access to the single connection.
@@ -24,6 +26,7 @@ from typing import Any
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
 from gateway.store.base import Finished, RecordQuota, RecordStore
+from gateway.store.instance import FileLock
 from gateway.store.records import decode, dump, encode, load
 from gateway.uploads.disk import DiskShelf
 from gateway.uploads.shelf import UploadShelf
@@ -53,6 +56,7 @@ class SQLiteStore(RecordStore):
         self.path = path
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="records")
         self._db: sqlite3.Connection | None = None
+        self._lock: FileLock | None = None
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -62,6 +66,10 @@ class SQLiteStore(RecordStore):
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock.take(
+            self.path.with_name(self.path.name + ".lock"),
+            f"the run store {self.path} (one gateway per SQLite file)",
+        )
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -81,6 +89,9 @@ class SQLiteStore(RecordStore):
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
