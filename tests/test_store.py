@@ -6,6 +6,7 @@ versioned migrations, and a database that cannot be reached."""
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from gateway import settings as settings_module
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
 from gateway.store.base import RecordQuota, RecordStore
+from gateway.store.instance import InstanceTaken, instance_lock_key
 from gateway.store.migrate import migrations
 from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SQLiteStore
@@ -415,6 +417,84 @@ def test_the_upload_quota_holds_across_replicas_uploading_at_once(dsn: str) -> N
         assert row is not None and row[0] == 3
 
     run(main, PostgresStore(dsn, "a", pool_size=8), PostgresStore(dsn, "b", pool_size=8))
+
+
+# --- the heartbeat's link: its own connection, which holds the instance id -----------------
+
+
+def holders(dsn: str, replica: str) -> list[str]:
+    """application_name of the sessions that hold `replica`'s instance id."""
+    key = instance_lock_key(replica) & 0xFFFF_FFFF_FFFF_FFFF
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.classid = %s::oid AND l.objid = %s::oid",
+            (key >> 32, key & 0xFFFF_FFFF),
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def test_a_link_holds_the_instance_id_while_connected(dsn: str) -> None:
+    """One live link per instance id on a database: a second one (another process with the
+    same id) is refused naming the holder, until the first disconnects; another id is free."""
+
+    async def main() -> None:
+        first = PostgresStore(dsn, "a").lease_link()
+        second = PostgresStore(dsn, "a").lease_link()
+        other = PostgresStore(dsn, "b").lease_link()
+        try:
+            await first.connect()
+            assert holders(dsn, "a") == [first.name]
+            with pytest.raises(InstanceTaken, match=r"instance id 'a' is held by") as taken:
+                await second.connect()
+            assert f"{os.getpid()}@" in str(taken.value)
+            await other.connect()
+            await first.close()
+            await second.connect()
+            assert holders(dsn, "a") == [second.name]
+        finally:
+            for link in (first, second, other):
+                await link.close()
+        assert holders(dsn, "a") == []
+
+    asyncio.run(main())
+
+
+def test_a_link_whose_connection_was_cut_takes_the_id_again(dsn: str) -> None:
+    """The server ends the link's session (a restart, a network cut): the id is free, the
+    next beat fails (StoreUnavailable: nothing renewed), and the one after connects and
+    holds it again. A session of the link's own that the server has not yet seen die (the
+    network dropped it silently) is ended, not taken for another holder."""
+
+    async def main() -> None:
+        store = PostgresStore(dsn, "a")
+        await store.open()
+        link = store.lease_link()
+        try:
+            await store.admit(record("run_1"), limit=10)
+            await link.connect()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (link.name,),
+                )
+            with pytest.raises(StoreUnavailable):
+                await link.renew(["run_1"])
+            assert not (await link.renew(["run_1"])).lost  # connected again, still ours
+            assert holders(dsn, "a") == [link.name]
+            # forgotten without a goodbye: the server still holds the id for that session
+            stale = link._conn
+            link._conn = None
+            await link.connect()
+            assert holders(dsn, "a") == [link.name]
+            await stale.close()
+        finally:
+            await link.close()
+            await store.close()
+
+    asyncio.run(main())
 
 
 def test_health_reaches_the_store_while_the_pool_is_exhausted(dsn: str) -> None:

@@ -9,10 +9,13 @@ another live process holds the id:
 - on one machine, by an exclusive `flock` on `gateway-<id>.lock` in the machine's lock
   folder (`/run/lock`, else the temp folder): whatever their data dirs, two gateways of
   one id on one machine share the sandboxes' names (cgroups, temp folders, Docker labels);
+- across machines, on a PostgreSQL store, by a session advisory lock on the id
+  (`instance_lock_key`), held by the heartbeat's own connection
+  (`gateway/store/postgres_leases.py`);
 - a SQLite file is one gateway's (it fails every unfinished run in it at start), so its
   store holds an exclusive `flock` on `<file>.lock` while open.
 
-A lock is released by the kernel when its holder dies, however it dies,
+A lock is released by the kernel or the database when its holder dies, however it dies,
 so a stale lock never blocks a start; a lock file is removed when its gateway stops (one
 that died leaves a small file, used again by the next start). The lock file says who holds
 it (pid, host, data dir), for the one-line refusal.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import socket
 import tempfile
@@ -36,8 +40,16 @@ class InstanceTaken(RuntimeError):
     """Another live process holds this instance id (or this SQLite file)."""
 
 
+def instance_lock_key(instance_id: str) -> int:
+    """The 64-bit key of the instance id's advisory lock in PostgreSQL (one-key form; the
+    store's per-user locks use the two-key form, another key space)."""
+    digest = hashlib.blake2b(f"gateway-instance:{instance_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
 def process_name() -> str:
-    """`<pid>@<host>`: who this process is, in refusals."""
+    """`<pid>@<host>`: who this process is, in refusals and in PostgreSQL's
+    `application_name` of the connection that holds the id."""
     return f"{os.getpid()}@{socket.gethostname()}"
 
 

@@ -7,6 +7,10 @@
   lease run out fails the run with a note (`fail_expired`), so that nothing stays
   "running" after its replica died. Rows are claimed `FOR UPDATE SKIP LOCKED`: each is
   failed once, however many replicas look.
+- The heartbeat (`postgres_leases.py`) renews leases on a connection of its own, which
+  also holds the replica's instance id (a session advisory lock) while the replica lives,
+  and `/v1/health`'s ping has one of its own: neither waits behind the pool, which
+  requests (and at most `upload_connections` uploads at once) share.
 - A cancel asked of another replica sets `cancel_note` and sends `NOTIFY gateway_cancel`;
   the owner LISTENs on a connection of its own and cancels the run at once. A notification
   missed while that connection was down is found by the next heartbeat (`renew` returns
@@ -27,7 +31,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -40,6 +44,9 @@ from gateway.store.base import Finished, RecordQuota, RecordStore, Renewal
 from gateway.store.migrate import migrate
 from gateway.store.records import dump, encode, load
 from gateway.uploads.shelf import UploadShelf
+
+if TYPE_CHECKING:
+    from gateway.store.postgres_leases import PostgresLeaseLink
 
 log = logging.getLogger(__name__)
 
@@ -262,30 +269,23 @@ class PostgresStore(RecordStore):
             )
             return await _fail_rows(conn, await cursor.fetchall(), note)
 
+    def lease_link(self) -> PostgresLeaseLink:
+        from gateway.store.postgres_leases import PostgresLeaseLink
+
+        return PostgresLeaseLink(self.dsn, self.replica, self.lease)
+
+    # The heartbeat renews and fails through its own link; these (on the pool) are the
+    # same statements, for a caller without a link.
+
     async def fail_expired(self, note: str) -> int:
         async with self.connection() as conn:
-            cursor = await conn.execute(
-                "SELECT id, replica, record FROM runs "
-                "WHERE lease_until < now() AND status IN ('queued', 'running') "
-                "FOR UPDATE SKIP LOCKED"
-            )
-            return await _fail_rows(conn, await cursor.fetchall(), note)
+            return await fail_expired_runs(conn, note)
 
     async def renew(self, run_ids: Collection[str]) -> Renewal:
-        ids = list(run_ids)
-        if not ids:
+        if not run_ids:
             return Renewal()
         async with self.connection() as conn:
-            cursor = await conn.execute(
-                "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
-                "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
-                "RETURNING id, cancel_note",
-                (self.lease, ids, self.replica),
-            )
-            rows = await cursor.fetchall()
-        held = {str(row[0]) for row in rows}
-        cancels = {str(row[0]): str(row[1]) for row in rows if row[1] is not None}
-        return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
+            return await renew_leases(conn, self.replica, self.lease, run_ids)
 
     async def request_cancel(self, run_id: str, note: str) -> bool:
         async with self.connection() as conn:
@@ -338,6 +338,32 @@ def unavailable(exc: Exception) -> StoreUnavailable:
     return StoreUnavailable(
         "The run store cannot be reached now; try again shortly.", retry_after=5
     )
+
+
+async def renew_leases(conn: Conn, replica: str, lease: float, run_ids: Collection[str]) -> Renewal:
+    """Extend `replica`'s leases on `run_ids`; the cancel requests among them, and the ones
+    it no longer holds."""
+    ids = list(run_ids)
+    cursor = await conn.execute(
+        "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
+        "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
+        "RETURNING id, cancel_note",
+        (lease, ids, replica),
+    )
+    rows = await cursor.fetchall()
+    held = {str(row[0]) for row in rows}
+    cancels = {str(row[0]): str(row[1]) for row in rows if row[1] is not None}
+    return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
+
+
+async def fail_expired_runs(conn: Conn, note: str) -> int:
+    """Claim and fail every unfinished run whose lease ran out (in the caller's transaction)."""
+    cursor = await conn.execute(
+        "SELECT id, replica, record FROM runs "
+        "WHERE lease_until < now() AND status IN ('queued', 'running') "
+        "FOR UPDATE SKIP LOCKED"
+    )
+    return await _fail_rows(conn, await cursor.fetchall(), note)
 
 
 async def lock_user(conn: Conn, kind: int, user: str) -> None:
