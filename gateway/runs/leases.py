@@ -147,15 +147,11 @@ class Heartbeat:
     # --- the heartbeat's thread -----------------------------------------------------------
 
     def _main(self) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            loop.run_until_complete(self._run(loop))
-        finally:
-            loop.close()
+        asyncio.run(self._run())  # a loop of its own, closed with its executor at the end
 
-    async def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _run(self) -> None:
         self._wake = asyncio.Event()
-        self._loop = loop
+        self._loop = asyncio.get_running_loop()
         try:
             try:
                 await self.link.connect()
