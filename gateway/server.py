@@ -23,12 +23,13 @@ from gateway.execution.kernel import Wire
 from gateway.handlers.base import Services
 from gateway.http_server import GatewayHTTPServer
 from gateway.metrics import Metrics
-from gateway.runs.leases import keep_leases
+from gateway.runs.leases import Heartbeat
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
 from gateway.sandbox.select import choose_backend, instance_id
 from gateway.settings import Settings
 from gateway.store.base import RecordStore
+from gateway.store.instance import FileLock, machine_lock
 from gateway.store.select import make_store
 from gateway.uploads.store import UploadStore
 
@@ -58,7 +59,12 @@ class Gateway:
         self._server: GatewayHTTPServer | None = None
         self._sockets: list[socket.socket] = []
         self._expiry: asyncio.Task[None] | None = None
-        self._leases: asyncio.Task[None] | None = None
+        self._instance: FileLock | None = None  # this machine's lock on the instance id
+        self._heartbeat: Heartbeat | None = None
+        # set when the gateway must stop on its own (its instance id was taken); `serve`
+        # waits for it as for SIGTERM
+        self.must_stop = asyncio.Event()
+        self.stop_reason: str | None = None
         self.services: Services | None = None
         self.backend: SandboxBackend | None = None
         self.store: RecordStore | None = None
@@ -79,14 +85,23 @@ class Gateway:
         )  # first: a port in use fails before anything else was started
         self._sockets = sockets  # closed by stop() until the HTTP server owns them
         self.port = sockets[0].getsockname()[1]
+        # The instance id first (gateway/store/instance.py): the backend's start removes
+        # what a crashed gateway of this id left, and recover() fails its runs, which must
+        # never be a live process's.
+        ident = instance_id(settings)
+        self._instance = machine_lock(ident, settings.data_dir)
+        self.store = make_store(settings, ident)
+        await self.store.open()  # SQLite: its file's lock
+        link = self.store.lease_link()
+        if link is not None:  # a shared store: the heartbeat's connection holds the id
+            self._heartbeat = Heartbeat(link, settings, self._instance_taken)
+            await self._heartbeat.start()
         backend, self.backend_reason = await choose_backend(settings, self.tokens.multi_user)
         log.info("%s", self.backend_reason)
         if not self.tokens.enabled:
             log.warning("no --tokens file: single-user mode, listening on loopback only")
         self.backend = backend
         await backend.startup()
-        self.store = make_store(settings, instance_id(settings))
-        await self.store.open()
         failed = await self.store.recover(
             "The gateway stopped while this run was in progress; its result is lost."
         )
@@ -103,6 +118,8 @@ class Gateway:
         metrics = Metrics()
         uploads = UploadStore(settings, self.store.upload_shelf(settings))
         runs = RunService(settings, backend, self.store, self.wire, metrics, uploads)
+        if self._heartbeat is not None:
+            self._heartbeat.attach(runs)
         self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
         runs.start()
         self._server = GatewayHTTPServer(
@@ -135,9 +152,11 @@ class Gateway:
         self._server.add_sockets(sockets)
         self._sockets = []
         self._expiry = asyncio.create_task(self._expire_records())
-        if self.store.shared:
-            self._leases = asyncio.create_task(keep_leases(self.store, runs, settings))
         log.info("listening on http://%s:%d", settings.host, self.port)
+
+    def _instance_taken(self, message: str) -> None:
+        self.stop_reason = message
+        self.must_stop.set()
 
     async def _expire_records(self) -> None:
         while True:
@@ -162,29 +181,34 @@ class Gateway:
                 stream.close(1001, "The gateway is shutting down.")
         if self.backend is not None:
             await self.backend.shutdown()
-        for task in (self._expiry, self._leases):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        if self._heartbeat is not None:  # after the drain: leases held until runs ended
+            await self._heartbeat.stop()
         if self._server is not None:
             await self._server.close_all_connections()
         if self.store is not None:
             await self.store.close()
+        if self._instance is not None:  # last: the backend removed this id's sandboxes
+            self._instance.release()
+            self._instance = None
 
 
 async def serve(settings: Settings) -> None:
     """Run until SIGTERM or SIGINT, then drain and exit."""
     gateway = Gateway(settings)
     await gateway.start()
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+        loop.add_signal_handler(sig, gateway.must_stop.set)
+    await gateway.must_stop.wait()
     log.info("draining: waiting for running runs, then destroying every sandbox")
     await gateway.stop()
     log.info("stopped")
+    if gateway.stop_reason is not None:
+        raise RuntimeError(gateway.stop_reason)
 
 
 @contextlib.asynccontextmanager

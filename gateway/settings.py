@@ -139,6 +139,19 @@ class Settings(BaseModel):
     max_upload_store_bytes_per_user: int = setting(
         512 * MiB, "bytes of uploads kept per user; past it their oldest are deleted", ge=0
     )
+    max_concurrent_uploads: int = setting(
+        4,
+        "uploads checked and stored at once by this gateway (with PostgreSQL, also never "
+        "more than half of its store connections); more wait their turn",
+        ge=1,
+        le=1024,
+    )
+    max_concurrent_uploads_per_user: int = setting(
+        2, "uploads of one user checked and stored at once by this gateway", ge=1, le=1024
+    )
+    upload_wait_timeout: float = setting(
+        10.0, "seconds an upload waits for its turn before 429 capacity", ge=0, le=3600
+    )
 
     stream_cap_bytes: int = setting(
         1 * MiB, "stdout, stderr and output are each cut to this", ge=64

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,5 +100,21 @@ class Server:
         try:
             yield self.dsn_of(name)
         finally:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        """DROP DATABASE ... WITH (FORCE), which refuses while an autovacuum worker is in
+        it (the role may not end that process; after a test that wrote gigabytes, one
+        often is): tried again until the worker is done, as it soon is."""
+        import psycopg
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                return
+            except psycopg.errors.InsufficientPrivilege:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)

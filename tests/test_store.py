@@ -6,6 +6,7 @@ versioned migrations, and a database that cannot be reached."""
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from gateway import settings as settings_module
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
 from gateway.store.base import RecordQuota, RecordStore
+from gateway.store.instance import InstanceTaken, instance_lock_key
 from gateway.store.migrate import migrations
 from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SQLiteStore
@@ -145,6 +147,27 @@ def test_a_cancel_request_is_answered_by_the_final_record(make: Make) -> None:
         await store.admit(record("run_2"), limit=10)
         late = await store.wait_final("run_2", timeout=0.2)
         assert late is not None and late.status == "queued"
+
+    run(main, make())
+
+
+def test_a_large_record_is_stored_and_read_back_intact(make: Make) -> None:
+    """A record far past the size encoded inline (store/records.py: in the heavy-work pool,
+    in turns) comes back exactly as it went in: 2 MiB of outputs, a 20,000-cell notebook,
+    text that JSON must escape."""
+
+    async def main(store: RecordStore) -> None:
+        big = record("run_big")
+        big.outputs = [{"output_type": "display_data", "data": {"text/plain": 'é"\n' * 350_000}}]
+        big.notebook = {
+            "cells": [{"cell_type": "markdown", "source": str(i)} for i in range(20_000)]
+        }
+        big.result = {"nested": [1.5, None, True, "\u0000"]}
+        assert await store.admit(big, limit=10) is None
+        big.status = "succeeded"
+        assert (await store.finish(big)).kept
+        got = await store.get("run_big")
+        assert got is not None and got.to_storage() == big.to_storage()
 
     run(main, make())
 
@@ -394,3 +417,108 @@ def test_the_upload_quota_holds_across_replicas_uploading_at_once(dsn: str) -> N
         assert row is not None and row[0] == 3
 
     run(main, PostgresStore(dsn, "a", pool_size=8), PostgresStore(dsn, "b", pool_size=8))
+
+
+# --- the heartbeat's link: its own connection, which holds the instance id -----------------
+
+
+def holders(dsn: str, replica: str) -> list[str]:
+    """application_name of the sessions that hold `replica`'s instance id."""
+    key = instance_lock_key(replica) & 0xFFFF_FFFF_FFFF_FFFF
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.classid = %s::oid AND l.objid = %s::oid",
+            (key >> 32, key & 0xFFFF_FFFF),
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def test_a_link_holds_the_instance_id_while_connected(dsn: str) -> None:
+    """One live link per instance id on a database: a second one (another process with the
+    same id) is refused naming the holder, until the first disconnects; another id is free."""
+
+    async def main() -> None:
+        first = PostgresStore(dsn, "a").lease_link()
+        second = PostgresStore(dsn, "a").lease_link()
+        other = PostgresStore(dsn, "b").lease_link()
+        try:
+            await first.connect()
+            assert holders(dsn, "a") == [first.name]
+            with pytest.raises(InstanceTaken, match=r"instance id 'a' is held by") as taken:
+                await second.connect()
+            assert f"{os.getpid()}@" in str(taken.value)
+            await other.connect()
+            await first.close()
+            await second.connect()
+            assert holders(dsn, "a") == [second.name]
+        finally:
+            for link in (first, second, other):
+                await link.close()
+        assert holders(dsn, "a") == []
+
+    asyncio.run(main())
+
+
+def test_a_link_whose_connection_was_cut_takes_the_id_again(dsn: str) -> None:
+    """The server ends the link's session (a restart, a network cut): the id is free, the
+    next beat fails (StoreUnavailable: nothing renewed), and the one after connects and
+    holds it again. A session of the link's own that the server has not yet seen die (the
+    network dropped it silently) is ended, not taken for another holder."""
+
+    async def main() -> None:
+        store = PostgresStore(dsn, "a")
+        await store.open()
+        link = store.lease_link()
+        try:
+            await store.admit(record("run_1"), limit=10)
+            await link.connect()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (link.name,),
+                )
+            with pytest.raises(StoreUnavailable):
+                await link.renew(["run_1"])
+            assert not (await link.renew(["run_1"])).lost  # connected again, still ours
+            assert holders(dsn, "a") == [link.name]
+            # forgotten without a goodbye: the server still holds the id for that session
+            stale = link._conn
+            link._conn = None
+            await link.connect()
+            assert holders(dsn, "a") == [link.name]
+            await stale.close()
+        finally:
+            await link.close()
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_health_reaches_the_store_while_the_pool_is_exhausted(dsn: str) -> None:
+    """Every pooled connection held (row 5: uploads waiting for their user's lock): the
+    store still answers its readiness ping at once, on a connection of its own. Before: the
+    ping waited for a pooled one, and /v1/health answered 503 after its 3 s."""
+
+    async def main(store: PostgresStore) -> None:
+        both = asyncio.Barrier(3)  # the two holders and this test
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with store.connection() as conn:
+                await conn.execute("SELECT 1")
+                await both.wait()
+                await release.wait()
+
+        holders = [asyncio.ensure_future(hold()) for _ in range(2)]
+        await both.wait()
+        try:
+            assert await store.answers(1.0)
+            assert await store.answers(1.0)  # again, on the same connection
+        finally:
+            release.set()
+            await asyncio.gather(*holders)
+
+    run(main, PostgresStore(dsn, "a", pool_size=2, wait_timeout=5))

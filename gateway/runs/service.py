@@ -84,6 +84,7 @@ class RunService:
         self._teardowns: set[asyncio.Task[None]] = set()
         self._slots = RunSlots.from_settings(settings)
         self._draining = False
+        self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
         store.on_cancel = self.cancel_here
         metrics.gauge("gateway_queue_length", "Runs waiting for a slot.", lambda: self.queued)
         metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self.running)
@@ -170,6 +171,7 @@ class RunService:
             del self.active[record.id]
             raise
         active.stored = mine is None
+        self._publish_leases()
         if mine is not None:
             del self.active[record.id]
             raise CapacityExceeded(
@@ -245,6 +247,7 @@ class RunService:
                 await self._keep(record)
             finally:
                 self.active.pop(record.id, None)
+                self._publish_leases()
         return record
 
     async def _keep(self, record: RunRecord) -> None:
@@ -309,6 +312,11 @@ class RunService:
             return
         active.record.notes.append(note)
         active.cancel.set()
+
+    def _publish_leases(self) -> None:
+        """Swap in a new snapshot of `run_ids`: the heartbeat reads it from a thread of its
+        own (gateway/runs/leases.py), where only an immutable value is safe to read."""
+        self.leased = frozenset(self.run_ids)
 
     @property
     def run_ids(self) -> list[str]:

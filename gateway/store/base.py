@@ -14,11 +14,14 @@ Who calls what, in order:
                          final (the owner's oldest finished records make room)
     requests             get(run_id); request_cancel(run_id, note) for a run this replica
                          does not run, then wait_final(run_id, timeout)
-    the lease loop       (shared stores only) renew(run_ids) every heartbeat: this
-                         replica's leases, and the cancel requests it may have missed;
-                         fail_expired(note) fails the runs of replicas whose lease ran out
+    the heartbeat        (shared stores only) lease_link(): a connection of the
+                         heartbeat's own, in a thread of its own (gateway/runs/leases.py),
+                         that holds this replica's instance id while it lives; through it
+                         renew(run_ids) every beat: this replica's leases, and the cancel
+                         requests it may have missed; fail_expired(note) fails the runs of
+                         replicas whose lease ran out
     the expiry loop      expire(ttl)
-    /v1/health           ping()
+    /v1/health           answers(timeout) -> ping(), on a connection of its own
     Gateway.stop         close()
 
 Uploads are kept where `upload_shelf()` says: files under the data dir beside SQLite, a
@@ -73,6 +76,31 @@ class Finished:
 
 
 CancelHandler = Callable[[str, str], None]
+
+
+class LeaseLink(abc.ABC):
+    """The heartbeat's own way to a shared store: one connection, never the pool that
+    requests use, made and used in the heartbeat's thread and event loop only. While it is
+    connected it holds this replica's instance id in the store, so that no other live
+    process can start with that id."""
+
+    @abc.abstractmethod
+    async def connect(self) -> None:
+        """Connect (again, if the connection was lost) and take the instance id; a no-op
+        while connected. Raises `InstanceTaken` naming the holder if another live process
+        holds the id, `StoreUnavailable` if the store cannot be reached."""
+
+    @abc.abstractmethod
+    async def renew(self, run_ids: Collection[str]) -> Renewal:
+        """As `RecordStore.renew`, on this link's connection."""
+
+    @abc.abstractmethod
+    async def fail_expired(self, note: str) -> int:
+        """As `RecordStore.fail_expired`, on this link's connection."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Disconnect, which gives the instance id up; safe to call more than once."""
 
 
 class RecordStore(abc.ABC):
@@ -153,6 +181,11 @@ class RecordStore(abc.ABC):
         """Delete finished records older than `ttl` seconds; how many."""
 
     # --- replicas -----------------------------------------------------------------------
+
+    def lease_link(self) -> LeaseLink | None:
+        """A new link for the heartbeat (not yet connected); None for a store of one gateway,
+        which has no leases."""
+        return None
 
     @abc.abstractmethod
     async def recover(self, note: str) -> int:

@@ -7,6 +7,10 @@
   lease run out fails the run with a note (`fail_expired`), so that nothing stays
   "running" after its replica died. Rows are claimed `FOR UPDATE SKIP LOCKED`: each is
   failed once, however many replicas look.
+- The heartbeat (`postgres_leases.py`) renews leases on a connection of its own, which
+  also holds the replica's instance id (a session advisory lock) while the replica lives,
+  and `/v1/health`'s ping has one of its own: neither waits behind the pool, which
+  requests (and at most `upload_connections` uploads at once) share.
 - A cancel asked of another replica sets `cancel_note` and sends `NOTIFY gateway_cancel`;
   the owner LISTENs on a connection of its own and cancels the run at once. A notification
   missed while that connection was down is found by the next heartbeat (`renew` returns
@@ -27,7 +31,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -38,7 +42,11 @@ from gateway.models.record import RunRecord
 from gateway.settings import Settings
 from gateway.store.base import Finished, RecordQuota, RecordStore, Renewal
 from gateway.store.migrate import migrate
+from gateway.store.records import dump, encode, load
 from gateway.uploads.shelf import UploadShelf
+
+if TYPE_CHECKING:
+    from gateway.store.postgres_leases import PostgresLeaseLink
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +95,9 @@ class PostgresStore(RecordStore):
         self.dsn = dsn
         self.lease = lease
         self.open_timeout = open_timeout
+        # uploads hold a connection while they wait for their user's lock and send up to
+        # 21 MiB: at most half of the pool, so that they never starve everything else
+        self.upload_connections = max(1, pool_size // 2)
         self.pool = psycopg_pool.AsyncConnectionPool(
             dsn,
             min_size=1,
@@ -99,6 +110,8 @@ class PostgresStore(RecordStore):
         )
         self._listener: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()
+        self._pinger: Conn | None = None  # the health ping's own connection
+        self._ping_lock = asyncio.Lock()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -121,6 +134,10 @@ class PostgresStore(RecordStore):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
             self._listener = None
+        if self._late_ping is not None:  # a ping on a store that hangs: it fails at close
+            await self._close_pinger()
+            await asyncio.wait({self._late_ping}, timeout=5)
+        await self._close_pinger()
         await self.pool.close()
 
     def upload_shelf(self, settings: Settings) -> UploadShelf:
@@ -129,8 +146,37 @@ class PostgresStore(RecordStore):
         return PostgresShelf(self, settings.upload_ttl)
 
     async def ping(self) -> None:
-        async with self.connection(timeout=3.0) as conn:
-            await conn.execute("SELECT 1")
+        """On a connection of its own (made again when lost), never one of the pool: a pool
+        that uploads or a burst of requests hold does not make a healthy store look down."""
+        async with self._ping_lock:
+            reused = self._pinger is not None and not self._pinger.closed
+            try:
+                await self._ping_once()
+            except psycopg.Error as exc:
+                await self._close_pinger()
+                if not reused:
+                    raise unavailable(exc) from exc
+                # a connection the server dropped since the last ping (it restarted): a
+                # new one says whether the store answers now
+                try:
+                    await self._ping_once()
+                except psycopg.Error as again:
+                    await self._close_pinger()
+                    raise unavailable(again) from again
+
+    async def _ping_once(self) -> None:
+        if self._pinger is None or self._pinger.closed or self._pinger.broken:
+            await self._close_pinger()
+            self._pinger = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, **CONNECTION_OPTIONS
+            )
+        await self._pinger.execute("SELECT 1")
+
+    async def _close_pinger(self) -> None:
+        pinger, self._pinger = self._pinger, None
+        if pinger is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await pinger.close()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, **redact(self.dsn), "replica": self.replica}
@@ -143,15 +189,12 @@ class PostgresStore(RecordStore):
             async with self.pool.connection(timeout=timeout) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            log.warning("store: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
-            raise StoreUnavailable(
-                "The run store cannot be reached now; try again shortly.", retry_after=5
-            ) from exc
+            raise unavailable(exc) from exc
 
     # --- run records --------------------------------------------------------------------
 
     async def admit(self, record: RunRecord, limit: int) -> int | None:
-        payload = _dump(record)
+        payload = await dump(record)
         async with self.connection() as conn:
             await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
@@ -177,7 +220,7 @@ class PostgresStore(RecordStore):
         return None
 
     async def update(self, record: RunRecord) -> bool:
-        payload = _dump(record)
+        payload = await dump(record)
         async with self.connection() as conn:
             cursor = await conn.execute(
                 "UPDATE runs SET status = %s, record = %s, size = %s "
@@ -187,7 +230,7 @@ class PostgresStore(RecordStore):
             return cursor.rowcount > 0
 
     async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
-        payload = _dump(record)
+        payload = await dump(record)
         async with self.connection() as conn:
             await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
@@ -204,7 +247,7 @@ class PostgresStore(RecordStore):
         async with self.connection() as conn:
             cursor = await conn.execute("SELECT record FROM runs WHERE id = %s", (run_id,))
             row = await cursor.fetchone()
-        return None if row is None else RunRecord.from_storage(json.loads(row[0]))
+        return None if row is None else await load(row[0])
 
     async def expire(self, ttl: float) -> int:
         async with self.connection() as conn:
@@ -226,30 +269,23 @@ class PostgresStore(RecordStore):
             )
             return await _fail_rows(conn, await cursor.fetchall(), note)
 
+    def lease_link(self) -> PostgresLeaseLink:
+        from gateway.store.postgres_leases import PostgresLeaseLink
+
+        return PostgresLeaseLink(self.dsn, self.replica, self.lease)
+
+    # The heartbeat renews and fails through its own link; these (on the pool) are the
+    # same statements, for a caller without a link.
+
     async def fail_expired(self, note: str) -> int:
         async with self.connection() as conn:
-            cursor = await conn.execute(
-                "SELECT id, replica, record FROM runs "
-                "WHERE lease_until < now() AND status IN ('queued', 'running') "
-                "FOR UPDATE SKIP LOCKED"
-            )
-            return await _fail_rows(conn, await cursor.fetchall(), note)
+            return await fail_expired_runs(conn, note)
 
     async def renew(self, run_ids: Collection[str]) -> Renewal:
-        ids = list(run_ids)
-        if not ids:
+        if not run_ids:
             return Renewal()
         async with self.connection() as conn:
-            cursor = await conn.execute(
-                "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
-                "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
-                "RETURNING id, cancel_note",
-                (self.lease, ids, self.replica),
-            )
-            rows = await cursor.fetchall()
-        held = {str(row[0]) for row in rows}
-        cancels = {str(row[0]): str(row[1]) for row in rows if row[1] is not None}
-        return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
+            return await renew_leases(conn, self.replica, self.lease, run_ids)
 
     async def request_cancel(self, run_id: str, note: str) -> bool:
         async with self.connection() as conn:
@@ -296,6 +332,40 @@ class PostgresStore(RecordStore):
             self.on_cancel(run_id, str(note or "The run was cancelled."))
 
 
+def unavailable(exc: Exception) -> StoreUnavailable:
+    """The 503 for a driver's failure (logged in one line)."""
+    log.warning("store: %s", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+    return StoreUnavailable(
+        "The run store cannot be reached now; try again shortly.", retry_after=5
+    )
+
+
+async def renew_leases(conn: Conn, replica: str, lease: float, run_ids: Collection[str]) -> Renewal:
+    """Extend `replica`'s leases on `run_ids`; the cancel requests among them, and the ones
+    it no longer holds."""
+    ids = list(run_ids)
+    cursor = await conn.execute(
+        "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
+        "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
+        "RETURNING id, cancel_note",
+        (lease, ids, replica),
+    )
+    rows = await cursor.fetchall()
+    held = {str(row[0]) for row in rows}
+    cancels = {str(row[0]): str(row[1]) for row in rows if row[1] is not None}
+    return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
+
+
+async def fail_expired_runs(conn: Conn, note: str) -> int:
+    """Claim and fail every unfinished run whose lease ran out (in the caller's transaction)."""
+    cursor = await conn.execute(
+        "SELECT id, replica, record FROM runs "
+        "WHERE lease_until < now() AND status IN ('queued', 'running') "
+        "FOR UPDATE SKIP LOCKED"
+    )
+    return await _fail_rows(conn, await cursor.fetchall(), note)
+
+
 async def lock_user(conn: Conn, kind: int, user: str) -> None:
     """Serialise what decides a user's limits, fleet-wide, until the transaction ends."""
     await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, user))
@@ -339,14 +409,10 @@ async def _fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
         record.status = "failed"
         record.exit_code = None
         record.notes.append(note.format(replica=replica))
-        stored = _dump(record)
+        stored = encode(record.to_storage())  # at start, or in the heartbeat's thread
         await conn.execute(
             "UPDATE runs SET status = 'failed', record = %s, size = %s, lease_until = NULL "
             "WHERE id = %s",
             (stored, len(stored), run_id),
         )
     return len(rows)
-
-
-def _dump(record: RunRecord) -> str:
-    return json.dumps(record.to_storage(), separators=(",", ":"))

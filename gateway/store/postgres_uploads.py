@@ -20,6 +20,9 @@ class PostgresShelf(UploadShelf):
     def __init__(self, store: PostgresStore, ttl: float) -> None:
         self.store = store
         self.ttl = ttl
+        # a keep holds a pooled connection while it waits for the user's lock: uploads
+        # get at most half of the pool (the upload store keeps the rest waiting in-process)
+        self.max_parallel = store.upload_connections
 
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota

@@ -1,6 +1,8 @@
 """`SQLiteStore`: run records in SQLite under the data dir (or the file `--store
 sqlite:///PATH` names), so they survive a restart (DESIGN.md decision 9). One gateway per
-file: it owns every run in it, so it has no leases and no other replica to ask.
+file: it owns every run in it, so it has no leases and no other replica to ask; while open
+it holds an exclusive lock on `<file>.lock`, so a second gateway on the same file (which
+would fail the first one's runs as leftovers at its start) is refused.
 
 sqlite3 is synchronous: every call runs on one dedicated thread, which also serialises
 access to the single connection.
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import sqlite3
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ from typing import Any
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
 from gateway.store.base import Finished, RecordQuota, RecordStore
+from gateway.store.instance import FileLock
+from gateway.store.records import decode, dump, encode, load
 from gateway.uploads.disk import DiskShelf
 from gateway.uploads.shelf import UploadShelf
 
@@ -53,6 +56,7 @@ class SQLiteStore(RecordStore):
         self.path = path
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="records")
         self._db: sqlite3.Connection | None = None
+        self._lock: FileLock | None = None
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -62,6 +66,10 @@ class SQLiteStore(RecordStore):
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock.take(
+            self.path.with_name(self.path.name + ".lock"),
+            f"the run store {self.path} (one gateway per SQLite file)",
+        )
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -81,6 +89,9 @@ class SQLiteStore(RecordStore):
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -100,7 +111,7 @@ class SQLiteStore(RecordStore):
         return {"kind": self.kind, "path": str(self.path)}
 
     async def admit(self, record: RunRecord, limit: int) -> int | None:
-        payload = _dump(record)
+        payload = await dump(record)
         result: int | None = await self._call(
             self._admit, record.id, record.user, record.status, payload, limit
         )
@@ -121,11 +132,12 @@ class SQLiteStore(RecordStore):
         return None
 
     async def update(self, record: RunRecord) -> bool:
-        await self._call(self._put, record.id, record.user, record.status, _dump(record))
+        payload = await dump(record)
+        await self._call(self._put, record.id, record.user, record.status, payload)
         return True
 
     async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
-        payload = _dump(record)
+        payload = await dump(record)
         evicted: int = await self._call(
             self._put, record.id, record.user, record.status, payload, quota
         )
@@ -174,7 +186,7 @@ class SQLiteStore(RecordStore):
 
     async def get(self, run_id: str) -> RunRecord | None:
         row = await self._call(self._get, run_id)
-        return None if row is None else RunRecord.from_storage(json.loads(row))
+        return None if row is None else await load(row)
 
     def _get(self, run_id: str) -> str | None:
         row = self._conn().execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -193,11 +205,11 @@ class SQLiteStore(RecordStore):
             .fetchall()
         )
         for (payload,) in rows:
-            record = RunRecord.from_storage(json.loads(payload))
+            record = decode(payload)  # in the store's thread, at start
             record.status = "failed"
             record.exit_code = None
             record.notes.append(note)
-            self._put(record.id, record.user, record.status, _dump(record))
+            self._put(record.id, record.user, record.status, encode(record.to_storage()))
         return len(rows)
 
     async def expire(self, ttl: float) -> int:
@@ -210,7 +222,3 @@ class SQLiteStore(RecordStore):
             (before,),
         )
         return cursor.rowcount
-
-
-def _dump(record: RunRecord) -> str:
-    return json.dumps(record.to_storage(), separators=(",", ":"))

@@ -3,7 +3,8 @@
 An upload is two files: `<id>.archive` (the bytes as received) and `<id>.json` (owner, time,
 entries, bytes), written in that order, each atomically. Expired uploads are swept
 whenever an upload is kept or looked up. All file work happens in a thread, one upload
-kept (and room made for it) at a time.
+kept (and room made for it) at a time: the others wait on the event loop, not in threads
+of the default executor, which the Docker calls and file staging share.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import dataclasses
 import json
 import os
 import secrets
-import threading
 import time
 from pathlib import Path
 
@@ -27,12 +27,13 @@ class DiskShelf(UploadShelf):
         self.root = root
         self.ttl = ttl
         self._ledger = UploadLedger(self.root, self._archive)
-        self._lock = threading.Lock()  # keeping (and deleting to make room) one at a time
+        self._lock = asyncio.Lock()  # keeping (and deleting to make room) one at a time
 
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota
     ) -> Upload:
-        return await asyncio.to_thread(self._keep, user, data, entries, unpacked_bytes, quota)
+        async with self._lock:
+            return await asyncio.to_thread(self._keep, user, data, entries, unpacked_bytes, quota)
 
     async def find(self, upload_id: str) -> Upload | None:
         return await asyncio.to_thread(self._find, upload_id)
@@ -48,23 +49,22 @@ class DiskShelf(UploadShelf):
     def _keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota
     ) -> Upload:
-        with self._lock:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._sweep()
-            for old in self._ledger.make_room(user, len(data), quota, self._alive):
-                self._delete(old.id)
-            upload = Upload(
-                id=new_upload_id(),
-                user=user,
-                created=time.time(),
-                entries=entries,
-                unpacked_bytes=unpacked_bytes,
-                bytes=len(data),
-            )
-            _write_atomically(self._archive(upload.id), data)
-            meta = json.dumps(dataclasses.asdict(upload)).encode()
-            _write_atomically(self._meta(upload.id), meta)
-            self._ledger.add(user, Kept(upload.id, upload.created, len(data)))
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._sweep()
+        for old in self._ledger.make_room(user, len(data), quota, self._alive):
+            self._delete(old.id)
+        upload = Upload(
+            id=new_upload_id(),
+            user=user,
+            created=time.time(),
+            entries=entries,
+            unpacked_bytes=unpacked_bytes,
+            bytes=len(data),
+        )
+        _write_atomically(self._archive(upload.id), data)
+        meta = json.dumps(dataclasses.asdict(upload)).encode()
+        _write_atomically(self._meta(upload.id), meta)
+        self._ledger.add(user, Kept(upload.id, upload.created, len(data)))
         return upload
 
     def _delete(self, upload_id: str) -> None:

@@ -43,6 +43,10 @@ class UploadShelf(abc.ABC):
     """Keeps archives that already passed every check. The upload store calls `keep` once
     per upload, `find` and `read` when a run names one, `expire` now and then."""
 
+    # how many `keep`s may run at once (None: no bound of the shelf's own); the upload
+    # store lets no more than this through
+    max_parallel: int | None = None
+
     @abc.abstractmethod
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota

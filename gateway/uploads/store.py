@@ -5,14 +5,26 @@ the user who uploaded it, and deleted `upload_ttl` seconds after the upload.
 A run that names the upload unpacks it again, with the same checks against the limits of
 that moment. Each user keeps at most an `UploadQuota` of uploads: a new one deletes their
 oldest past it (`quota.py`).
+
+Checking and keeping an upload takes a thread for seconds and, with PostgreSQL, one of the
+store's pooled connections (held while the user's lock is awaited, then while up to 21 MiB
+are sent). So a gateway checks and keeps at most `max_concurrent_uploads` at once (and
+never more than the shelf allows: half of the store's pool), and at most
+`max_concurrent_uploads_per_user` of one user; the rest wait their turn here, in order,
+holding nothing but their body, and after `upload_wait_timeout` are refused with 429
+`capacity`. One user's flood of uploads so waits for itself: it cannot take the
+connections that admission, records, leases and health need, nor other users' turns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
+from collections.abc import AsyncIterator
 
-from gateway.errors import NotFound
+from gateway.budget import ByteBudget
+from gateway.errors import CapacityExceeded, NotFound
 from gateway.settings import Settings
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
 from gateway.uploads.quota import UploadQuota
@@ -30,17 +42,42 @@ class UploadStore:
         self.quota = UploadQuota(
             uploads=settings.max_uploads_per_user, bytes=settings.max_upload_store_bytes_per_user
         )
+        at_once = settings.max_concurrent_uploads
+        if shelf.max_parallel is not None:
+            at_once = min(at_once, shelf.max_parallel)
+        # turns, not bytes: one unit per upload being checked and kept
+        self.turns = ByteBudget("uploads", at_once, settings.max_concurrent_uploads_per_user)
 
     @property
     def limits(self) -> ArchiveLimits:
         return ArchiveLimits.from_settings(self.settings)
 
     async def create(self, data: bytes, user: str) -> Upload:
-        """Check the archive and keep it for `user`; raises the archive_* errors."""
-        unpacked = await asyncio.to_thread(read_archive, io.BytesIO(data), self.limits)
-        return await self.shelf.keep(
-            user, data, unpacked.entries, unpacked.unpacked_bytes, self.quota
-        )
+        """Check the archive and keep it for `user`, in turn; raises the archive_* errors,
+        and CapacityExceeded when no turn came within `upload_wait_timeout`."""
+        async with self._turn(user):
+            unpacked = await asyncio.to_thread(read_archive, io.BytesIO(data), self.limits)
+            return await self.shelf.keep(
+                user, data, unpacked.entries, unpacked.unpacked_bytes, self.quota
+            )
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, user: str) -> AsyncIterator[None]:
+        wait = self.settings.upload_wait_timeout
+        try:
+            hold = await self.turns.take(1, user, timeout=wait)
+        except TimeoutError:
+            mine = self.turns.held_by(user)
+            if mine >= self.settings.max_concurrent_uploads_per_user:
+                why = f"You already have {mine} uploads being checked and stored"
+            else:
+                why = "This gateway is busy storing other uploads"
+            raise CapacityExceeded(
+                f"{why}; this one waited {wait:g} s for its turn. Try again shortly.",
+                retry_after=5,
+            ) from None
+        with hold:
+            yield
 
     async def find(self, upload_id: str, user: str) -> Upload:
         """`user`'s upload, checked to exist (cheap: nothing is unpacked). A missing,

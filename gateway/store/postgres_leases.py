@@ -1,0 +1,151 @@
+"""`PostgresLeaseLink`: the heartbeat's own connection to the PostgreSQL store, which also
+holds the replica's instance id for as long as the replica lives.
+
+The id is held by a session advisory lock (`pg_try_advisory_lock(instance_lock_key(id))`),
+taken when the link connects: a second process with the same id, on any machine, finds it
+taken and is refused at start, with the holder named from `pg_stat_activity` (this
+connection's `application_name` is `gateway <pid>@<host>`).
+
+If the connection is lost (the server restarted, the network broke), the database drops
+the lock with it. The next beat connects again and takes it again; until then a beat
+fails, exactly as when the store cannot be reached (nothing is renewed, nobody else's runs
+are failed). Two cases at that moment:
+
+- the lock is still held by this process's own previous session (a connection the
+  database has not yet seen die): that session is terminated and the lock taken again;
+- another process holds it (it started with this id meanwhile, and failed this replica's
+  unfinished runs as its own leftovers): `InstanceTaken`. This replica then stops serving
+  runs (`gateway/runs/leases.py`): its id is no longer its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Collection
+from typing import Any
+
+import psycopg
+
+from gateway.store.base import LeaseLink, Renewal
+from gateway.store.instance import InstanceTaken, instance_lock_key, process_name
+from gateway.store.postgres import (
+    CONNECTION_OPTIONS,
+    Conn,
+    fail_expired_runs,
+    renew_leases,
+    unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+TERMINATE_WAIT = 10.0  # seconds for this process's own stale session to end
+
+
+class PostgresLeaseLink(LeaseLink):
+    def __init__(self, dsn: str, replica: str, lease: float) -> None:
+        self.dsn = dsn
+        self.replica = replica
+        self.lease = lease
+        self.key = instance_lock_key(replica)
+        # who holds the id, as other sessions see it: this process, and this link (a
+        # nonce: a pid may be reused on a host once this process is gone)
+        self.name = f"gateway {process_name()} {secrets.token_hex(3)}"[:63]
+        self._conn: Conn | None = None
+
+    async def connect(self) -> None:
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return
+        await self.close()
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, application_name=self.name, **CONNECTION_OPTIONS
+            )
+        except psycopg.Error as exc:
+            raise unavailable(exc) from exc
+        try:
+            await self._hold(conn)
+        except BaseException:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+            raise
+        self._conn = conn
+
+    async def _hold(self, conn: Conn) -> None:
+        """Take the instance id's lock on `conn`, or raise InstanceTaken naming its holder."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TERMINATE_WAIT
+        try:
+            while True:
+                cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,))
+                if (await cursor.fetchone()) == (True,):
+                    return
+                holder = await self._holder(conn)
+                if holder is None or holder[1] != self.name or loop.time() > deadline:
+                    break
+                # our own session that the database has not yet seen die: end it
+                await conn.execute("SELECT pg_terminate_backend(%s)", (holder[0],))
+                await asyncio.sleep(0.2)
+        except psycopg.Error as exc:
+            raise unavailable(exc) from exc
+        shown = "unknown" if holder is None else _describe(holder)
+        raise InstanceTaken(
+            f"the instance id {self.replica!r} is held by another live gateway on this "
+            f"database ({shown}): refusing to serve runs under it"
+        )
+
+    async def _holder(self, conn: Conn) -> tuple[Any, ...] | None:
+        """(pid, application_name, client address, since) of the session holding the id."""
+        unsigned = self.key & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows the key's two halves
+        cursor = await conn.execute(
+            "SELECT a.pid, a.application_name, host(a.client_addr), a.backend_start "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.classid = %s::oid AND l.objid = %s::oid",
+            (unsigned >> 32, unsigned & 0xFFFF_FFFF),
+        )
+        row = await cursor.fetchone()
+        return None if row is None else tuple(row)
+
+    async def renew(self, run_ids: Collection[str]) -> Renewal:
+        conn = await self._connected()
+        try:
+            if not run_ids:
+                await conn.execute("SELECT 1")  # reaching the store is what a beat proves
+                return Renewal()
+            return await renew_leases(conn, self.replica, self.lease, run_ids)
+        except psycopg.Error as exc:
+            await self.close()
+            raise unavailable(exc) from exc
+
+    async def fail_expired(self, note: str) -> int:
+        conn = await self._connected()
+        try:
+            async with conn.transaction():
+                return await fail_expired_runs(conn, note)
+        except psycopg.Error as exc:
+            await self.close()
+            raise unavailable(exc) from exc
+
+    async def _connected(self) -> Conn:
+        await self.connect()
+        assert self._conn is not None
+        return self._conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+
+
+def _describe(holder: tuple[Any, ...]) -> str:
+    pid, name, address, since = holder
+    shown = str(name or "").removeprefix("gateway ") or "a session that is not a gateway's"
+    where = f" from {address}" if address else ""
+    when = f", connected since {since:%Y-%m-%d %H:%M:%S}" if since is not None else ""
+    return f"{shown}{where}, server pid {pid}{when}"
