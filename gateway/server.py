@@ -22,11 +22,12 @@ from gateway.budget import ByteBudget
 from gateway.execution.kernel import Wire
 from gateway.handlers.base import Services
 from gateway.http_server import GatewayHTTPServer
+from gateway.instance import instance_id, private_paths
 from gateway.metrics import Metrics
 from gateway.runs.leases import keep_leases
 from gateway.runs.service import RunService
-from gateway.sandbox.base import SandboxBackend
-from gateway.sandbox.select import choose_backend, instance_id
+from gateway.sandbox.base import BackendContext, SandboxBackend
+from gateway.sandbox.factory import make_backend
 from gateway.settings import Settings
 from gateway.store.base import RecordStore
 from gateway.store.select import make_store
@@ -79,13 +80,23 @@ class Gateway:
         )  # first: a port in use fails before anything else was started
         self._sockets = sockets  # closed by stop() until the HTTP server owns them
         self.port = sockets[0].getsockname()[1]
-        backend, self.backend_reason = await choose_backend(settings, self.tokens.multi_user)
+        ident = instance_id(settings.instance_id, settings.data_dir)
+        backend, self.backend_reason = await make_backend(
+            settings.model_dump(),
+            BackendContext(
+                instance_id=ident,
+                multi_user=self.tokens.multi_user,
+                private_paths=private_paths(
+                    settings.data_dir, settings.workspaces, settings.tokens, settings.store
+                ),
+            ),
+        )
         log.info("%s", self.backend_reason)
         if not self.tokens.enabled:
             log.warning("no --tokens file: single-user mode, listening on loopback only")
         self.backend = backend
         await backend.startup()
-        self.store = make_store(settings, instance_id(settings))
+        self.store = make_store(settings, ident)
         await self.store.open()
         failed = await self.store.recover(
             "The gateway stopped while this run was in progress; its result is lost."
