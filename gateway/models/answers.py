@@ -38,7 +38,10 @@ class Health(Answer):
         "`store_unavailable` (answered with 503): the run store cannot be reached, so this "
         "gateway is not ready for new runs"
     )
-    backend: Literal["docker", "local"]
+    backend: str = Field(
+        description="the sandbox backend the gateway started with: `docker`, `local`, or "
+        "another installed as a plug-in"
+    )
     store: StoreHealth
     kernels: Kernels
     pools: dict[str, Pool] = Field(description="the warm pools, by kind of kernel")
