@@ -242,8 +242,10 @@ class Settings(BaseModel):
     @field_validator("backend", mode="after")
     @classmethod
     def _installed_backend(cls, value: str) -> str:
+        if value == "auto":
+            return value
         names = backend_names()
-        if value != "auto" and value not in names:
+        if value not in names:
             if not names:
                 raise ValueError(
                     "no backend is installed (the gateway.backends entry points): reinstall "
