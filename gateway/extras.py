@@ -34,3 +34,12 @@ def missing(extra: str) -> str | None:
         f"{needed_by} needs {', '.join(absent)}, which this Python environment lacks: "
         f"install them with `pip install 'kernel-gateway[{extra}]'` (or scripts/setup.sh)"
     )
+
+
+def providing(module: str) -> str | None:
+    """The extra that installs `module` (or the package it is part of), if one does."""
+    top = module.split(".")[0]
+    for extra, (modules, _) in EXTRAS.items():
+        if top in modules:
+            return extra
+    return None

@@ -22,11 +22,12 @@ from gateway.budget import ByteBudget
 from gateway.execution.kernel import Wire
 from gateway.handlers.base import Services
 from gateway.http_server import GatewayHTTPServer
+from gateway.instance import instance_id, private_paths
 from gateway.metrics import Metrics
 from gateway.runs.leases import Heartbeat
 from gateway.runs.service import RunService
-from gateway.sandbox.base import SandboxBackend
-from gateway.sandbox.select import choose_backend, instance_id
+from gateway.sandbox.base import BackendContext, SandboxBackend
+from gateway.sandbox.factory import make_backend
 from gateway.settings import Settings
 from gateway.store.base import RecordStore
 from gateway.store.instance import FileLock, machine_lock
@@ -88,7 +89,7 @@ class Gateway:
         # The instance id first (gateway/store/instance.py): the backend's start removes
         # what a crashed gateway of this id left, and recover() fails its runs, which must
         # never be a live process's.
-        ident = instance_id(settings)
+        ident = instance_id(settings.instance_id, settings.data_dir)
         self._instance = machine_lock(ident, settings.data_dir)
         self.store = make_store(settings, ident)
         await self.store.open()  # SQLite: its file's lock
@@ -96,7 +97,16 @@ class Gateway:
         if link is not None:  # a shared store: the heartbeat's connection holds the id
             self._heartbeat = Heartbeat(link, settings, self._instance_taken)
             await self._heartbeat.start()
-        backend, self.backend_reason = await choose_backend(settings, self.tokens.multi_user)
+        backend, self.backend_reason = await make_backend(
+            settings.model_dump(),
+            BackendContext(
+                instance_id=ident,
+                multi_user=self.tokens.multi_user,
+                private_paths=private_paths(
+                    settings.data_dir, settings.workspaces, settings.tokens, settings.store
+                ),
+            ),
+        )
         log.info("%s", self.backend_reason)
         if not self.tokens.enabled:
             log.warning("no --tokens file: single-user mode, listening on loopback only")

@@ -28,11 +28,10 @@ from pydantic import (
 )
 
 from gateway.extras import missing
+from gateway.plugins import backend_names
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-
-Backend = Literal["auto", "docker", "local"]
 
 # Kernels run as this uid and gid by default: inside the range systemd reserves for
 # containers (524288-1879048191), far from login accounts (1000-60000) and subordinate id
@@ -55,7 +54,11 @@ class Settings(BaseModel):
 
     host: str = setting("127.0.0.1", "address to listen on", min_length=1)
     port: int = setting(8888, "port to listen on (0 picks a free one)", ge=0, le=65535)
-    backend: Backend = setting("auto", "sandbox backend: docker, local, or auto")
+    backend: str = setting(
+        "auto",
+        "sandbox backend: auto (docker where an engine has the kernel image, else local), or "
+        "the name of one installed as a gateway.backends entry point",
+    )
     data_dir: Path = setting(Path("~/.local/share/kernel-gateway"), "where run records live")
     store: str | None = setting(
         None,
@@ -265,6 +268,24 @@ class Settings(BaseModel):
         None, "gateway instance id (default: kept in data_dir)", pattern=r"^[A-Za-z0-9_-]{1,64}$"
     )
 
+    @field_validator("backend", mode="after")
+    @classmethod
+    def _installed_backend(cls, value: str) -> str:
+        if value == "auto":
+            return value
+        names = backend_names()
+        if value not in names:
+            if not names:
+                raise ValueError(
+                    "no backend is installed (the gateway.backends entry points): reinstall "
+                    "the gateway (scripts/setup.sh, or pip install)"
+                )
+            *others, last = [repr(name) for name in ["auto", *names]]
+            raise ValueError(
+                f"no backend of that name is installed; use {', '.join(others)} or {last}"
+            )
+        return value
+
     @field_validator("workspace_bytes", mode="after")
     @classmethod
     def _image_size(cls, value: int) -> int:
@@ -340,6 +361,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, help="config file (JSON or TOML)")
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
+        help = field.description
+        if name == "backend":  # the names found now, not a fixed list
+            help = f"{help}; installed: {', '.join(backend_names()) or 'none'}"
         if field.annotation is bool:
             parser.add_argument(
                 flag,
@@ -347,10 +371,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_const",
                 const=True,
                 default=None,
-                help=field.description,
+                help=help,
             )
         else:
-            parser.add_argument(flag, dest=name, default=None, help=field.description)
+            parser.add_argument(flag, dest=name, default=None, help=help)
 
 
 def _read_config(path: Path) -> dict[str, Any]:

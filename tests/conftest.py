@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gateway.extras import missing
 from tests import census, needs
 from tests.api import write_tokens
 from tests.openapi_support import FUZZ_TOKEN
@@ -31,9 +32,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def docker_status() -> tuple[bool, str]:
-    from gateway.sandbox.select import probe_docker_sync
+    absent = missing("docker")
+    if absent is not None:
+        return False, absent
+    from gateway.sandbox.docker import probe_docker
 
-    return probe_docker_sync(DOCKER_IMAGE)
+    return probe_docker(DOCKER_IMAGE)
 
 
 def require_backend(name: str) -> None:

@@ -10,8 +10,18 @@ from tests.support import REPO
 
 # The gateway's packages and loose modules, bottom first.
 LAYERS: list[set[str]] = [
-    {"__init__", "errors", "version", "jsoncodec", "terminal", "extras", "budget", "offload"},
-    {"models", "settings", "auth", "metrics", "startup"},
+    {
+        "__init__",
+        "errors",
+        "version",
+        "jsoncodec",
+        "terminal",
+        "extras",
+        "plugins",
+        "budget",
+        "offload",
+    },
+    {"models", "settings", "auth", "metrics", "startup", "instance"},
     {"sandbox"},
     {"execution"},
     {"uploads"},

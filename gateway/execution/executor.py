@@ -1,8 +1,11 @@
 """The one executor: run a `Program` in one fresh kernel and fill in its `RunRecord`.
 
 sandbox -> stage files (the archive first, then `files`) -> kernel ready -> the run's
-environment and `vars` -> each cell until one stops the program -> `result` -> return
-files -> usage and limits -> kill -> destroy; then `outcome.apply` writes the record.
+environment and `vars` -> each cell until one stops the program -> `result` -> (with
+`return_files`: freeze, or kill, then read back) -> usage, limits, death; then
+`outcome.apply` writes the record, and off the answer's path: kill -> destroy. These last
+steps are the same for every backend (`gateway.sandbox.base`); a backend that cannot
+freeze is killed before the read back instead.
 
 ipykernel evaluates `result` as a user expression of the last cell's own request when that
 cell succeeds (one kernel round trip fewer per run); after a failed or interrupted last cell
@@ -114,7 +117,7 @@ class Execution:
                     outcome = await self._close(session, last)
                 finally:
                     # off the answer's path: the record is final without it
-                    self.teardown(session.close())
+                    self.teardown(end(session))
             apply_outcome(record, program, self.tally, outcome)
         return record
 
@@ -187,8 +190,9 @@ class Execution:
         return traits(self.program.language).kernel == "ipykernel"
 
     async def _close(self, session: KernelSession, last: Cell) -> Outcome:
-        """After the last cell: read `result` and `return_files` back, take usage and the
-        limits that struck, learn how the kernel died (if it did), then kill it all."""
+        """After the last cell: read `result` back; stop the sandbox and read
+        `return_files` back; take usage and the limits that struck, and learn how the
+        kernel died (if it did). The kill and the destruction follow (`end`)."""
         outcome = Outcome(last=last)
         if last.ending == "finished" and self.program.reads_result:
             outcome.result, outcome.result_note, failure = await read_result(
@@ -203,6 +207,10 @@ class Execution:
                 max_file_bytes=settings.max_return_file_bytes,
                 max_total_bytes=settings.max_return_files_bytes,
             )
+            # nothing may change the working folder while it is read: frozen where the
+            # sandbox can be (its kill follows off the answer's path), else killed now
+            if not await sandbox.freeze():
+                await sandbox.kill()
             outcome.files = await sandbox.read_files(self.program.return_files, limits)
         outcome.usage = await sandbox.usage()  # before the sandbox goes, its cgroup with it
         if outcome.usage.cpu_ms is not None and self._cpu_before is not None:
@@ -212,6 +220,15 @@ class Execution:
         if session.client.over_limit and last.ending == "finished":
             last.ending = "output_limit"  # reading `result` back went past the limit
         return outcome
+
+
+async def end(session: KernelSession) -> None:
+    """A run's last two steps, the same on every backend: every process of the sandbox
+    ends, then everything it made goes (and the kernel client is closed)."""
+    try:
+        await session.sandbox.kill()
+    finally:
+        await session.close()
 
 
 async def read_result(

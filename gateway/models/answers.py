@@ -44,7 +44,11 @@ class Health(Answer):
         "`store_unavailable` (answered with 503): the run store cannot be reached, so this "
         "gateway is not ready for new runs"
     )
-    backend: Literal["docker", "local"] | None = Field(None, description=DETAILS)
+    backend: str | None = Field(
+        None,
+        description="the sandbox backend the gateway started with: `docker`, `local`, or "
+        f"another installed as a plug-in. {DETAILS}",
+    )
     store: StoreHealth | None = Field(None, description=DETAILS)
     kernels: Kernels | None = Field(None, description=DETAILS)
     pools: dict[str, Pool] | None = Field(

@@ -1,37 +1,48 @@
 """The sandbox interface: the only thing the execution layer knows about processes or Docker.
 
-A `SandboxBackend` lives as long as the gateway; it makes one `Sandbox` per run. A sandbox
-holds exactly one kernel and is destroyed after that kernel's one run (or one notebook).
+A `SandboxBackend` is a plug-in (found by entry point, `factory.py`) that lives as long as
+the gateway; it makes one `Sandbox` per kernel. A sandbox holds exactly one kernel and is
+destroyed after that kernel's one run (or one notebook), or unused (a pool's, at shutdown).
 
-Who calls what, in order (all from `gateway.execution`):
+Who calls what, in order (all from `gateway.execution`; `*`: a capability a backend may
+lack, with a default that says so):
 
-    async with backend.sandbox(spec) as sandbox:   # create; destroy() always runs on exit
-        await sandbox.stage_files(files)           # before start: the kernel sees them at once
-        info = await sandbox.start()               # kernel up, its sockets bound and taken
-        ... the kernel client talks to `info` ...  #   from it (see sockets.py)
-        await sandbox.wait_exit()                  # any number of waiters, one watch
-        files = await sandbox.read_files(patterns) # after the run (also after a timeout);
-                                                   #   freezes or ends the sandbox first
-        usage = await sandbox.usage()              # before kill(): the cgroup goes with it
-        hits = await sandbox.limit_events()        # memory / pids limits that struck
-        death = await sandbox.death()              # how the kernel died, if it did
-        await sandbox.kill()                       # every process of the sandbox ends
+      sandbox = await backend.create(spec)       # session.start_session, for a pool or a run
+      info = await sandbox.start()               # the same: kernel up, its sockets bound and
+                                                 #   taken from it (see sockets.py)
+      ... the kernel client talks to `info` ...
+      await sandbox.wait_exit()                  # the session and the pool, any number of
+                                                 #   waiters, one watch (also has_exited())
+    * await sandbox.set_memory_limit(n)          # the pool, when a run takes a pooled kernel
+      await sandbox.stage_files(files)           # the executor, before the run's first cell
+    * before = await sandbox.usage()             # the executor: the run's CPU counts from here
+      ... the cells run ...
+      # the executor, after the last cell: the same steps on every backend
+    * await sandbox.freeze() or sandbox.kill()   # with return_files: nothing changes the
+      files = await sandbox.read_files(patterns) #   working folder while it is read back
+    * usage = await sandbox.usage()
+    * hits = await sandbox.limit_events()        # memory / pids limits that struck
+      death = await sandbox.death()              # after a cell that ended "died"
+      # the record is answered; then, off the answer's path:
+      await sandbox.kill()                       # every process of the sandbox ends
+      await sandbox.destroy()                    # everything the sandbox made goes
 
-Files go in and out on the gateway's side, through descriptors (`staging.py`,
-`readback.py`): nothing but the kernel ever runs inside a sandbox. A kernel's exit is
-watched once per sandbox, without holding a thread for the kernel's lifetime.
-`kill()` and `destroy()` are idempotent and must never raise for a sandbox that is already
-gone. Nothing a sandbox creates (process, container, socket file, temp folder, volume,
-mount) may outlive `destroy()`.
+A sandbox that is never used (a pooled kernel that died or was not wanted, a start that
+failed) is only destroyed: `destroy()` ends whatever still runs. Files go in and out on the
+gateway's side, through descriptors (`staging.py`, `readback.py`): nothing but the kernel
+ever runs inside a sandbox. A kernel's exit is watched once per sandbox, without holding a
+thread for the kernel's lifetime. `kill()` and `destroy()` are idempotent and must never
+raise for a sandbox that is already gone. Nothing a sandbox creates (process, container,
+socket file, temp folder, volume, mount) may outlive `destroy()`.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from gateway.models.common import Language
 from gateway.models.record import Usage
@@ -97,79 +108,148 @@ class Death:
 
 
 class Sandbox(abc.ABC):
-    """One kernel in its own sandbox. See the module docstring for the calling order."""
+    """One kernel in its own sandbox. See the module docstring for the calling order.
 
-    @abc.abstractmethod
-    async def stage_files(self, files: Sequence[StagedFile]) -> None:
-        """Write validated files into the working folder; folders are created."""
+    The abstract methods are what every backend must do; the others are capabilities a
+    backend may have, each with a default that says it has not (the executor and the pool
+    then do without)."""
+
+    # --- what every backend must do --------------------------------------------------------
 
     @abc.abstractmethod
     async def start(self) -> dict[str, Any]:
-        """Start the kernel; return connection info a jupyter_client can load (ipc transport)
-        once the kernel has bound its sockets and the socket folder is no longer its."""
+        """Start the kernel; return connection info a jupyter_client `Session` can use (ipc
+        transport) once the kernel has bound its sockets and the socket folder is no longer
+        its. Called once, by `session.start_session`, right after `create`; a start that
+        fails raises `SandboxError` (the session then destroys the sandbox)."""
 
     @abc.abstractmethod
-    async def wait_exit(self) -> None:
-        """Return when the kernel process (or its container) has exited, for whatever reason."""
-
-    @abc.abstractmethod
-    def has_exited(self) -> bool:
-        """Whether the kernel process (or its container) has exited."""
-
-    @abc.abstractmethod
-    async def set_memory_limit(self, memory_bytes: int) -> bool:
-        """Lower the running sandbox's memory limit (a pooled kernel taken by a run that
-        asks for less); False when this sandbox cannot."""
-
-    @abc.abstractmethod
-    async def kill(self) -> None:
-        """End the kernel and every process it started. Files stay for `read_files`."""
+    async def stage_files(self, files: Sequence[StagedFile]) -> None:
+        """Write validated files into the working folder; folders are created. Called by
+        the executor once, after `start()` and before the run's first cell."""
 
     @abc.abstractmethod
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
         """Read `return_files` back, never following a link out of the working folder.
-        The sandbox is frozen or killed first: nothing changes the folder meanwhile."""
+        Called by the executor after the last cell (also after a timeout or the kernel's
+        death), only once `freeze()` or `kill()` has stopped every process of the sandbox:
+        nothing changes the folder meanwhile."""
 
     @abc.abstractmethod
-    async def usage(self) -> Usage:
-        """CPU time and peak memory of the sandbox so far (wall time is the runner's)."""
+    async def wait_exit(self) -> None:
+        """Return when the kernel process (or its container) has exited, for whatever
+        reason. Awaited by the session (a cell ends "died"), the pool (a pooled kernel that
+        dies is replaced), any number of times at once."""
+
+    @abc.abstractmethod
+    def has_exited(self) -> bool:
+        """Whether the kernel process (or its container) has exited. Asked by the pool
+        before it hands a pooled kernel out, and by the session when a start fails."""
 
     @abc.abstractmethod
     async def death(self) -> Death | None:
-        """How the kernel died, or None while it lives or when `kill()` ended it."""
+        """How the kernel died, or None while it lives or when `kill()` ended it (a kernel
+        that had died before the kill is still told). Asked by the executor after a cell
+        that ended "died", and by the session after a start that failed."""
 
     @abc.abstractmethod
-    async def limit_events(self) -> frozenset[LimitEvent]:
-        """Which limits struck so far (OOM kill of any process, pids limit reached)."""
-
-    @abc.abstractmethod
-    def footprint(self) -> Footprint:
-        """What this sandbox holds on the machine now."""
+    async def kill(self) -> None:
+        """End the kernel and every process it started (a frozen sandbox too). What the
+        sandbox holds (its working folder, how the kernel died) stays until `destroy()`.
+        Called by the executor: before `read_files` when the sandbox cannot `freeze()`, and
+        at the end of every run, before `destroy()`."""
 
     @abc.abstractmethod
     async def destroy(self) -> None:
-        """Remove everything the sandbox made. Called exactly once, by the context manager."""
+        """End whatever still runs, as `kill()` does, and remove everything the sandbox
+        made. Called exactly once, by the sandbox's owner: the executor after `kill()` at
+        the end of a run, the pool for a kernel no run will take, the session when a start
+        fails."""
+
+    # --- capabilities a backend may have ---------------------------------------------------
+
+    async def freeze(self) -> bool:
+        """Stop every process of the sandbox where it is, cheaply, so that the working
+        folder can be read back at once and the kill follow off the answer's path (Docker:
+        `pause`). Called by the executor before `read_files`; False (the default: this
+        sandbox cannot, or the kernel is gone) makes the executor `kill()` it instead."""
+        return False
+
+    async def usage(self) -> Usage:
+        """CPU time and peak memory of the sandbox so far (wall time is the executor's).
+        Asked by the executor before the run's first cell and after its last. Default:
+        nothing known (the record's usage fields stay null)."""
+        return Usage()
+
+    async def limit_events(self) -> frozenset[LimitEvent]:
+        """Which limits struck so far (an OOM kill of any process, the pids limit reached).
+        Asked by the executor after the last cell: they decide the run's kill reason.
+        Default: none known."""
+        return frozenset()
+
+    async def set_memory_limit(self, memory_bytes: int) -> bool:
+        """Lower the running sandbox's memory limit. Called by the pool when a run that asks
+        for less memory takes a pooled kernel; False (the default: this sandbox cannot)
+        makes the run start a kernel of its own instead."""
+        return False
+
+    def footprint(self) -> Footprint:
+        """What this sandbox holds on the machine now, by name. Asked by the pools for
+        their idle kernels (operators, the tests' leak census). Default: nothing."""
+        return Footprint()
+
+
+@dataclasses.dataclass(frozen=True)
+class NoConfig:
+    """The configuration of a backend that reads no setting."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendContext:
+    """What a backend is told about the gateway that starts it, beside its own settings."""
+
+    instance_id: str  # names what the backend makes, so a crashed gateway's leftovers are found
+    multi_user: bool = False  # the token file names several users
+    private_paths: tuple[Path, ...] = ()  # the gateway's own files: no kernel may see them
 
 
 class SandboxBackend(abc.ABC):
-    """Makes sandboxes; lives as long as the gateway."""
+    """A kind of sandbox: a plug-in found by entry point in the `gateway.backends` group
+    (`factory.py`), made once when the gateway starts, and living as long as it.
 
-    name: str
+    The factory builds `config_type` from the settings (each field takes the setting of its
+    name: a backend reads only what it declares) and calls `cls(config, context)`."""
+
+    name: ClassVar[str]
+    config_type: ClassVar[type[Any]] = NoConfig
+    # the pip extra whose packages the backend needs (gateway/extras.py), if any
+    extra: ClassVar[str | None] = None
+    # `--backend auto` tries backends in this order, lowest first; None: never chosen by auto
+    auto_preference: ClassVar[int | None] = None
+    # whether runs of different users are isolated from each other well enough for a
+    # gateway with several users; without it, the operator must consent to that use
+    # (`--allow-local-multi-user`), and `--backend auto` never picks it for them
+    isolates_users: ClassVar[bool] = False
+
+    def __init__(self, config: Any, context: BackendContext) -> None:
+        self.config = config
+        self.context = context
+
+    @classmethod
+    async def probe(cls, config: Any) -> tuple[bool, str]:
+        """Whether this backend can run on this machine, and why (a clause for the log
+        line "backend NAME (why)"). Called by the factory before it makes the backend, for
+        `--backend NAME` and for `auto`. Default: it can."""
+        return True, ""
 
     @abc.abstractmethod
     async def create(self, spec: SandboxSpec) -> Sandbox:
-        """Create (but do not start) a sandbox. The caller must `destroy()` it."""
+        """Create (but do not start) a sandbox. Called by `session.start_session`, which
+        owns it from then on and destroys it on every way out."""
 
     async def startup(self) -> None:  # noqa: B027 - optional hook
-        """Called once when the gateway starts (e.g. to remove orphans of a crash)."""
+        """Called once by the gateway when it starts (e.g. to remove orphans of a crash),
+        before the first `create`."""
 
     async def shutdown(self) -> None:  # noqa: B027 - optional hook
-        """Called once when the gateway stops, after every sandbox was destroyed."""
-
-    @contextlib.asynccontextmanager
-    async def sandbox(self, spec: SandboxSpec) -> AsyncIterator[Sandbox]:
-        sandbox = await self.create(spec)
-        try:
-            yield sandbox
-        finally:
-            await sandbox.destroy()
+        """Called once by the gateway when it stops, after every sandbox was destroyed."""

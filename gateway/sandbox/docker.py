@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -61,6 +62,7 @@ from gateway.errors import SandboxError
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
 from gateway.sandbox.base import (
+    BackendContext,
     Death,
     FilesRead,
     Footprint,
@@ -83,9 +85,8 @@ from gateway.sandbox.mounts import bind_fd, mount_tmpfs, remove_tree
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
-from gateway.sandbox.tenancy import Identity, Tenancy
+from gateway.sandbox.tenancy import Identity, Tenancy, TenancyConfig
 from gateway.sandbox.workspace import open_workspace
-from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -158,21 +159,44 @@ def remove_container(container: Any) -> None:
     container.remove(force=True)  # still there: the engine's own answer is the error
 
 
+@dataclasses.dataclass(frozen=True)
+class DockerConfig:
+    """The settings the Docker backend reads (each field takes the setting of its name)."""
+
+    docker_image: str
+    docker_network: str | None
+    docker_call_timeout: float
+    allow_network: bool
+    kernel_start_timeout: float
+    max_concurrent_runs: int  # sizes the pool of threads for engine calls
+    tenancy: TenancyConfig
+
+
 class DockerBackend(SandboxBackend):
     name = "docker"
+    config_type = DockerConfig
+    extra = "docker"
+    auto_preference = 10
+    isolates_users = True
 
-    def __init__(self, settings: Settings, instance_id: str, multi_user: bool = False) -> None:
-        self.settings = settings
-        self.tenancy = Tenancy(settings, multi_user)
-        self.instance_id = instance_id
-        self.prefix = f"gw{instance_id[:6]}-"
-        workers = settings.max_concurrent_runs * 2 + 4
+    def __init__(self, config: DockerConfig, context: BackendContext) -> None:
+        super().__init__(config, context)
+        self.config: DockerConfig = config
+        self.tenancy = Tenancy(config.tenancy, context.multi_user)
+        self.instance_id = context.instance_id
+        self.prefix = f"gw{self.instance_id[:6]}-"
+        workers = config.max_concurrent_runs * 2 + 4
         self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="docker")
         self._kill_executor = concurrent.futures.ThreadPoolExecutor(
             KILL_WORKERS, thread_name_prefix="docker-kill"
         )
         self._client: docker.DockerClient | None = None
         self._watcher: ExitWatcher | None = None
+
+    @classmethod
+    async def probe(cls, config: DockerConfig) -> tuple[bool, str]:
+        """Whether an engine answers and has the kernel image (asked in a thread)."""
+        return await asyncio.to_thread(probe_docker, config.docker_image)
 
     @property
     def client(self) -> docker.DockerClient:
@@ -199,17 +223,17 @@ class DockerBackend(SandboxBackend):
     ) -> T:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
-        timeout = self.settings.docker_call_timeout
+        timeout = self.config.docker_call_timeout
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise SandboxError(f"The Docker engine did not answer within {timeout:g} s.") from None
 
     async def startup(self) -> None:
-        timeout = max(1, int(self.settings.docker_call_timeout))
-        pool = self.settings.max_concurrent_runs * 2 + KILL_WORKERS + 4
+        timeout = max(1, int(self.config.docker_call_timeout))
+        pool = self.config.max_concurrent_runs * 2 + KILL_WORKERS + 4
         self._client = await self.call(docker.from_env, timeout=timeout, max_pool_size=pool)
-        if self.settings.allow_network:
+        if self.config.allow_network:
             await self.call(self._check_network)
         await self.tenancy.startup(switch_users=True)
         removed = await self.call(self._remove_ours)
@@ -241,7 +265,7 @@ class DockerBackend(SandboxBackend):
     def _check_network(self) -> None:
         """`network: true` joins the operator's own network, never the host's or the
         default bridge (which reaches the host, and through it the metadata address)."""
-        name = self.settings.docker_network
+        name = self.config.docker_network
         if not name:
             raise RuntimeError(
                 "--allow-network on the Docker backend needs --docker-network NAME: a network "
@@ -303,7 +327,7 @@ class DockerSandbox(Sandbox):
         self.backend = backend
         self.spec = spec
         self.identity = identity  # who the kernel runs as (tenancy.py)
-        self.settings = backend.settings
+        self.config = backend.config
         self.labels = {LABEL_INSTANCE: backend.instance_id, LABEL_RUN: spec.run_id}
         self.host_dir = Path(tempfile.mkdtemp(prefix=backend.prefix))  # root-only (0700)
         self.name = f"gw-{backend.instance_id[:8]}-{spec.run_id[-12:]}"
@@ -333,7 +357,7 @@ class DockerSandbox(Sandbox):
             ) from exc
 
     def create_blocking(self) -> None:
-        limits, settings = self.spec.limits, self.settings
+        limits, config = self.spec.limits, self.config
         ids = f"uid={self.identity.uid},gid={self.identity.gid}"
         # the kernel's until it has bound its sockets, then root's (sockets.py)
         self._tmpfs(self.socket_dir, f"size=1m,nr_inodes=64,{ids},mode=0700", noexec=True)
@@ -370,7 +394,7 @@ class DockerSandbox(Sandbox):
         logged = ["/bin/sh", "-c", f'exec "$@" >>{SOCKET_DIR}/{KERNEL_LOG} 2>&1', "sh", *argv]
         api = self.backend.client.api
         host_config = api.create_host_config(
-            network_mode=(settings.docker_network or "none") if self.spec.network else "none",
+            network_mode=(config.docker_network or "none") if self.spec.network else "none",
             read_only=True,
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777,nosuid,nodev"},
             mounts=mounts,
@@ -387,7 +411,7 @@ class DockerSandbox(Sandbox):
         # The low-level call: `containers.create` would inspect the new container at once,
         # an engine round trip per run for attributes nothing here reads (start inspects).
         created = api.create_container(
-            settings.docker_image,
+            config.docker_image,
             command=logged,
             name=self.name,
             hostname=hostname,
@@ -431,9 +455,7 @@ class DockerSandbox(Sandbox):
             os.close(fd)
 
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
-        if not await self._freeze() and self.workspace_fd is None:
-            note = "The return files could not be read back: the kernel's sandbox had ended."
-            return FilesRead(files=[], notes=[note])
+        # the working folder is the gateway's own mount: it outlives the container's processes
         return await asyncio.to_thread(self._read_blocking, list(patterns), limits)
 
     def _read_blocking(self, patterns: list[str], limits: ReadLimits) -> FilesRead:
@@ -443,10 +465,13 @@ class DockerSandbox(Sandbox):
         finally:
             os.close(fd)
 
-    async def _freeze(self) -> bool:
-        """Pause every process of the container; False if it is no longer running."""
+    async def freeze(self) -> bool:
+        """Pause every process of the container (the freezer cgroup); False if it is no
+        longer running. The kill that follows thaws it first."""
         if self._frozen:
             return True
+        if self.container is None or self.has_exited():
+            return False
         try:
             await self.backend.call_kill(self.container.pause)
         except docker.errors.APIError:
@@ -473,7 +498,7 @@ class DockerSandbox(Sandbox):
                 "s",
                 self.identity.uid,
                 asyncio.shield(self.exited),
-                self.settings.kernel_start_timeout,
+                self.config.kernel_start_timeout,
             )
         except BaseException as exc:
             cgroup.cancel()

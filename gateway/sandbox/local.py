@@ -39,11 +39,11 @@ from typing import Any
 
 import kernels
 from gateway.errors import SandboxError
-from gateway.extras import missing
 from gateway.models.languages import traits
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
 from gateway.sandbox.base import (
+    BackendContext,
     Death,
     FilesRead,
     Footprint,
@@ -64,9 +64,8 @@ from gateway.sandbox.kernelspec import (
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
-from gateway.sandbox.tenancy import Identity, Tenancy
+from gateway.sandbox.tenancy import Identity, Tenancy, TenancyConfig
 from gateway.sandbox.workspace import open_workspace
-from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +91,16 @@ FIRST_FD = 3  # descriptors handed to the sandbox start here (0-2: null, log, lo
 REAPER_GRACE = 3.0  # after SIGTERM to the reaper: how long before SIGKILL
 BWRAP_ATTEMPTS = 3
 NPROC_MARGIN = 128  # without a cgroup: tasks of the uid that may start alongside a kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalConfig:
+    """The settings the local backend reads (each field takes the setting of its name)."""
+
+    data_dir: Path  # holds the kernels' matplotlib font cache
+    allow_network: bool
+    kernel_start_timeout: float
+    tenancy: TenancyConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +153,10 @@ def _bwrap_base(bwrap: str, drop_to: tuple[int, int] | None, network: bool) -> l
     return command
 
 
-def probe_features(settings: Settings) -> LocalFeatures:
+def probe_features(config: LocalConfig) -> LocalFeatures:
     """What this machine lets the local backend use (blocking: run it in a thread)."""
-    drop_to = (settings.sandbox_uid, settings.sandbox_gid) if os.geteuid() == 0 else None
+    ids = config.tenancy
+    drop_to = (ids.sandbox_uid, ids.sandbox_gid) if os.geteuid() == 0 else None
     bwrap = shutil.which("bwrap")
     if bwrap is not None:
         command = [*_bwrap_base(bwrap, drop_to, False), "--ro-bind", "/", "/", "--"]
@@ -170,29 +180,24 @@ def probe_features(settings: Settings) -> LocalFeatures:
 
 class LocalBackend(SandboxBackend):
     name = "local"
+    config_type = LocalConfig
+    extra = "local"
+    auto_preference = 100  # the fallback: it runs wherever the gateway runs
 
-    def __init__(
-        self,
-        settings: Settings,
-        instance_id: str,
-        hidden_paths: Sequence[Path],
-        multi_user: bool = False,
-    ) -> None:
-        self.settings = settings
-        self.multi_user = multi_user
-        self.instance_id = instance_id
-        self.prefix = f"gw{instance_id[:6]}-"
-        self.mpl_cache = settings.data_dir / "mplcache"
-        self.hidden_paths = list(hidden_paths)
+    def __init__(self, config: LocalConfig, context: BackendContext) -> None:
+        super().__init__(config, context)
+        self.config: LocalConfig = config
+        self.multi_user = context.multi_user
+        self.instance_id = context.instance_id
+        self.prefix = f"gw{self.instance_id[:6]}-"
+        self.mpl_cache = config.data_dir / "mplcache"
+        self.hidden_paths = list(context.private_paths)
         self.features = LocalFeatures(bwrap=None, cgroups=False, drop_to=None)
-        self.tenancy = Tenancy(settings, multi_user)
+        self.tenancy = Tenancy(config.tenancy, context.multi_user)
 
     async def startup(self) -> None:
-        absent = missing("local")
-        if absent is not None:
-            raise RuntimeError(f"The local backend cannot start: {absent}.")
-        self.features = await asyncio.to_thread(probe_features, self.settings)
-        if self.multi_user and self.settings.allow_network:
+        self.features = await asyncio.to_thread(probe_features, self.config)
+        if self.multi_user and self.config.allow_network:
             raise RuntimeError(
                 "--allow-network with several users on the local backend would put their "
                 "runs on this host's own network (its loopback services, the metadata "
@@ -286,7 +291,7 @@ class LocalSandbox(Sandbox):
         self.backend = backend
         self.spec = spec
         self.identity = identity  # who the kernel runs as (tenancy.py)
-        self.settings = backend.settings
+        self.config = backend.config
         self.root = root  # 0700, the gateway's: everything below is handed over by descriptor
         self.kdir = root / "k"  # the kernel's sockets
         self.workdir = root / "work"  # where the kernel sees its working folder
@@ -297,7 +302,8 @@ class LocalSandbox(Sandbox):
         self._pidfd: int | None = None
         self._log_fd: int | None = None
         self._log_tail = b""
-        self._killed = False
+        self._killed = False  # ended by kill(): no death to tell
+        self._ended = False  # a kill() has run to its end
 
     def set_group(self, group: Cgroup | None) -> None:
         self.group = group
@@ -336,7 +342,7 @@ class LocalSandbox(Sandbox):
         await asyncio.to_thread(write_staged_files, self.work_fd, files, *self._ids)
 
     async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
-        await self.kill()  # nothing may change the folder while we read it
+        # killed first by the executor: nothing changes the folder while it is read
         assert self.work_fd is not None
         return await asyncio.to_thread(
             read_files, self.work_fd, self._visible_workdir(), list(patterns), limits
@@ -446,7 +452,7 @@ class LocalSandbox(Sandbox):
                     "s",
                     self._ids[0],
                     asyncio.shield(self.exited),
-                    self.settings.kernel_start_timeout,
+                    self.config.kernel_start_timeout,
                 )
                 return info
             except SandboxError as exc:
@@ -565,8 +571,8 @@ class LocalSandbox(Sandbox):
         return await asyncio.to_thread(self.group.set_memory, memory_bytes)
 
     async def kill(self) -> None:
-        if self.pid is None or self.exited is None:
-            return
+        if self.pid is None or self.exited is None or self._ended:
+            return  # ended already: its process group's id may be another's by now
         if not self.exited.done():
             self._killed = True
         features = self.backend.features
@@ -580,6 +586,7 @@ class LocalSandbox(Sandbox):
         if self.group is not None:
             await asyncio.to_thread(self.group.kill_all)
         await asyncio.wait([self.exited], timeout=10)
+        self._ended = self.exited.done()
 
     # --- what happened ------------------------------------------------------------------
 

@@ -18,15 +18,27 @@ import asyncio
 import dataclasses
 import logging
 import os
+from pathlib import Path
 
 from gateway.auth import is_user_folder
 from gateway.errors import InvalidPath
 from gateway.models.request import WorkspaceRef
 from gateway.sandbox.quota import WorkspaceImages
 from gateway.sandbox.uids import UidLease, UidLeases
-from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TenancyConfig:
+    """The settings tenancy reads (each field takes the setting of its name)."""
+
+    sandbox_uid: int
+    sandbox_uids: int
+    sandbox_gid: int
+    workspaces: Path | None
+    workspace_bytes: int
+    workspace_inodes: int
 
 
 @dataclasses.dataclass
@@ -43,11 +55,13 @@ class Identity:
 
 
 class Tenancy:
-    def __init__(self, settings: Settings, multi_user: bool) -> None:
-        self.settings = settings
+    """Who each sandbox of one backend runs as; made by the backend, asked by its `create`."""
+
+    def __init__(self, config: TenancyConfig, multi_user: bool) -> None:
+        self.config = config
         self.multi_user = multi_user
         self.switch_users = True  # False: every sandbox runs as the gateway's own user
-        self.leases = UidLeases(settings.sandbox_uid + 1, settings.sandbox_uids)
+        self.leases = UidLeases(config.sandbox_uid + 1, config.sandbox_uids)
         self.images: WorkspaceImages | None = None  # with quotas
         self.store: WorkspaceImages | None = None  # where images are, quotas or not
 
@@ -57,19 +71,19 @@ class Tenancy:
         self.switch_users = switch_users
         if switch_users:
             await asyncio.to_thread(self.leases.prepare)
-        settings = self.settings
-        if settings.workspaces is None:
+        config = self.config
+        if config.workspaces is None:
             return
         images = WorkspaceImages(
-            settings.workspaces,
-            settings.workspace_bytes,
-            settings.workspace_inodes,
-            first_uid=settings.sandbox_uid + settings.sandbox_uids + 1,
-            gid=settings.sandbox_gid,
-            legacy_uid=settings.sandbox_uid,
+            config.workspaces,
+            config.workspace_bytes,
+            config.workspace_inodes,
+            first_uid=config.sandbox_uid + config.sandbox_uids + 1,
+            gid=config.sandbox_gid,
+            legacy_uid=config.sandbox_uid,
         )
         self.store = images
-        if settings.workspace_bytes == 0:
+        if config.workspace_bytes == 0:
             return
         why = await asyncio.to_thread(images.probe) if switch_users else "it cannot switch users"
         if why is not None:
@@ -95,7 +109,7 @@ class Tenancy:
 
     async def identity(self, workspace: WorkspaceRef | None) -> Identity:
         """Who a new sandbox runs as; its workspace's image is mounted first."""
-        gid = self.settings.sandbox_gid
+        gid = self.config.sandbox_gid
         if not self.switch_users:
             uid = os.getuid()
             if workspace is not None:
@@ -112,9 +126,9 @@ class Tenancy:
         return Identity(await self._user_uid(workspace), gid)
 
     async def _user_uid(self, workspace: WorkspaceRef) -> int:
-        settings = self.settings
-        if workspace.root != settings.workspaces or not workspace.parts:
-            return settings.sandbox_uid  # an admin folder: the operator's own
+        config = self.config
+        if workspace.root != config.workspaces or not workspace.parts:
+            return config.sandbox_uid  # an admin folder: the operator's own
         user = workspace.parts[0]
         assert is_user_folder(user), user  # requests.py never names another
         if self.images is None:
@@ -126,7 +140,7 @@ class Tenancy:
                     "the operator to run it with quotas again.",
                     field="working_dir",
                 )
-            return settings.sandbox_uid
+            return config.sandbox_uid
         return await asyncio.to_thread(self.images.open_user, user)
 
 
