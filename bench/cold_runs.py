@@ -61,13 +61,13 @@ def time_runs(
 
 
 def time_ready(server: GatewayThread, runs: int, language: Language = "python") -> list[float]:
-    services = server.gateway.services
-    assert services is not None
+    services, wire = server.gateway.services, server.gateway.wire
+    assert services is not None and wire is not None
 
     async def once(i: int) -> float:
         spec = SandboxSpec(f"run_bench{i:04d}", language, limits_from(server.settings))
         started = time.perf_counter()
-        async with open_session(services.backend, spec, server.settings, server.gateway.context):
+        async with open_session(services.backend, spec, server.settings, wire):
             return time.perf_counter() - started
 
     return [server.call(once(i)) for i in range(runs)]
