@@ -30,9 +30,9 @@ from gateway.sandbox.base import BackendContext, SandboxBackend
 from gateway.sandbox.factory import make_backend
 from gateway.settings import Settings
 from gateway.store.base import RecordStore
+from gateway.store.factory import make_store
 from gateway.store.instance import FileLock, machine_lock
-from gateway.store.select import make_store
-from gateway.uploads.store import UploadStore
+from gateway.uploads.service import UploadService
 
 log = logging.getLogger("gateway")
 
@@ -126,7 +126,7 @@ class Gateway:
             budget=ByteBudget("kernel messages", settings.kernel_bytes_in_flight),
         )
         metrics = Metrics()
-        uploads = UploadStore(settings, self.store.upload_shelf(settings))
+        uploads = UploadService(settings, self.store.upload_shelf(settings))
         runs = RunService(settings, backend, self.store, self.wire, metrics, uploads)
         if self._heartbeat is not None:
             self._heartbeat.attach(runs)

@@ -32,7 +32,7 @@ from gateway.models.common import new_run_id
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest, StagedFile
 from gateway.runs.service import RunService
-from gateway.store.select import make_store
+from gateway.store.factory import make_store
 from tests.fake_backend import START_CPU_MS, FakeBackend, FakeSandbox
 from tests.fake_kernel import script
 

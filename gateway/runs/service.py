@@ -22,13 +22,13 @@ from gateway.models.common import RUN_ID_PATTERN, new_run_id
 from gateway.models.ipynb import store_notebook
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
-from gateway.runs.archives import archive_files, check_archive
+from gateway.runs.attach import archive_files, check_archive
 from gateway.runs.bounds import bound_record
 from gateway.runs.slots import RunSlots
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
 from gateway.store.base import UNFINISHED, RecordQuota, RecordStore
-from gateway.uploads.store import UploadStore
+from gateway.uploads.service import UploadService
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class RunService:
         store: RecordStore,
         wire: Wire,
         metrics: Metrics,
-        uploads: UploadStore | None = None,
+        uploads: UploadService | None = None,
     ) -> None:
         self.settings = settings
         self.uploads = uploads

@@ -81,7 +81,7 @@ HIDDEN = (
     "/home",
     "/var/lib/docker",
     "/var/lib/containerd",
-    "/sys/fs/cgroup",  # every sandbox's group: its usage, its limits (issue 20, row 8)
+    "/sys/fs/cgroup",  # every sandbox's group: its usage, its limits
 )
 HIDDEN_TMPFS_BYTES = 1 << 20  # the empty tmpfs over a hidden folder: room for mount points
 SHARED_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # a private tmpfs each, like Docker's /tmp
