@@ -70,6 +70,7 @@ class Gateway:
         self.backend: SandboxBackend | None = None
         self.store: RecordStore | None = None
         self.wire: Wire | None = None
+        self._stopped = False
 
     async def start(self) -> None:
         """Start every service; if any step fails, what was started is stopped again."""
@@ -179,7 +180,11 @@ class Gateway:
 
     async def stop(self) -> None:
         """Drain: stop listening, let runs finish (bounded), destroy every sandbox, close.
-        Safe on a gateway that started only partly."""
+        Safe on a gateway that started only partly, and a second time (a start that failed
+        stops what it started, and its owner may stop it again): the second does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._server is not None:
             self._server.stop()
         for sock in self._sockets:
