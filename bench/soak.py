@@ -10,9 +10,15 @@ messages, huge error values, escaping links, fork bombs), then reports:
 - what is left once the gateway stopped: containers and volumes of its instance, temp
   folders, cgroups and processes.
 
-It exits 1 when anything leaked, a request got a 5xx or no answer, or memory grew by more
-than `--max-growth` (10 %) after the warm-up. A script, not a test (timings are never
-asserted); `tests/test_soak.py` runs a short variant in CI.
+Beside the runs, an attacker (`Attacker`) keeps trying what issue 20 found against the
+gateway's own resources: bodies on endpoints that take none, large bodies left half sent,
+answers never read, and the gateway must refuse or bound each (a 4xx, a 503 `capacity`, a
+closed connection; never a 500). The hostile-kernel cases of the mix send one message of
+many 8 MiB frames, and one whose last frame never comes.
+
+It exits 1 when anything leaked, a request got a 5xx or no answer, an attack got a 500,
+or memory grew by more than `--max-growth` (10 %) after the warm-up. A script, not a test
+(timings are never asserted); `tests/test_soak.py` runs a short variant in CI.
 
     .venv/bin/python bench/soak.py --runs 1000 [--concurrency 4] [--backend docker]
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import http.client
 import json
 import os
@@ -55,6 +62,41 @@ FOREIGN = (
     "for _ in range(120): k.session.send(k.iopub_socket, 'stream',\n"
     "    {'name': 'stdout', 'text': 'x' * 100_000}, parent=p)\n"
     "import time; time.sleep(30)\n"
+)
+# One kernel message of 20 frames of 8 MiB, from the kernel's own iopub thread; and raw
+# frames that all say "more follows", written to the gateway's iopub connection.
+MANY_FRAMES = (
+    "import time, zmq\n"
+    "thread = get_ipython().kernel.iopub_thread\n"
+    "chunk = bytearray(8 * 1024 * 1024)\n"
+    "def flood():\n"
+    "    socket = thread.socket\n"
+    "    socket.send(b'', zmq.SNDMORE)\n"
+    "    for _ in range(20):\n"
+    "        socket.send(chunk, zmq.SNDMORE, copy=False)\n"
+    "    socket.send(b'end')\n"
+    "thread.schedule(flood)\n"
+    "time.sleep(60)\n"
+)
+NEVER_ENDS = (
+    "import os, socket, time\n"
+    "for name in os.listdir('/proc/self/fd'):\n"
+    "    try:\n"
+    "        conn = socket.socket(fileno=os.dup(int(name)))\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    try:\n"
+    "        if conn.family == socket.AF_UNIX and str(conn.getsockname()).endswith('-2'):\n"
+    "            conn.getpeername()\n"
+    "            break\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    conn.close()\n"
+    "conn.setblocking(True)\n"
+    "chunk = bytes(8 * 1024 * 1024)\n"
+    "for _ in range(20):\n"
+    "    conn.sendall(bytes([3]) + len(chunk).to_bytes(8, 'big') + chunk)\n"
+    "time.sleep(60)\n"
 )
 CASES: dict[str, Case] = {
     "print": (20, {"code": "print(1)"}, OK),
@@ -100,6 +142,8 @@ CASES: dict[str, Case] = {
         {"code": "import time\ntime.sleep(60)", "background": True},
         frozenset({"cancelled"}),
     ),
+    "many_frames": (2, {"code": MANY_FRAMES, "timeout": 60}, KILLED),
+    "never_ends": (2, {"code": NEVER_ENDS, "timeout": 60}, KILLED),
 }
 
 
@@ -107,6 +151,88 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class Attacker:
+    """Runs the front-door attacks one after another, in a thread of its own, until
+    stopped; `outcomes` counts how each ended ("refused 413", "closed", ...)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.stop = threading.Event()
+        self.outcomes: collections.Counter[str] = collections.Counter()
+        self.thread = threading.Thread(target=self._loop, name="attacker", daemon=True)
+
+    def start(self) -> Attacker:
+        self.thread.start()
+        return self
+
+    def finish(self) -> dict[str, int]:
+        self.stop.set()
+        self.thread.join(120)
+        return dict(self.outcomes)
+
+    def _loop(self) -> None:
+        attacks = (self.body_on_a_get, self.half_sent_body, self.unread_answers)
+        while not self.stop.is_set():
+            for attack in attacks:
+                if self.stop.is_set():
+                    return
+                try:
+                    self.outcomes[f"{attack.__name__}: {attack()}"] += 1
+                except OSError as exc:
+                    self.outcomes[f"{attack.__name__}: {exc.__class__.__name__}"] += 1
+                self.stop.wait(0.5)
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        return sock
+
+    def _head(self, request: str, *headers: str) -> bytes:
+        lines = [f"{request} HTTP/1.1", f"Host: 127.0.0.1:{self.port}", *headers, "", ""]
+        return "\r\n".join(lines).encode()
+
+    @staticmethod
+    def _status(sock: socket.socket) -> str:
+        head = sock.recv(256)
+        if not head:
+            return "closed"
+        parts = head.split(b" ", 2)
+        return f"refused {parts[1].decode()}" if len(parts) > 1 else "garbled"
+
+    def body_on_a_get(self) -> str:
+        """A 40 MiB body announced on `GET /v1/health`: refused at the headers."""
+        with self._connect() as sock:
+            sock.sendall(self._head("GET /v1/health", "Content-Length: 41943040"))
+            with contextlib.suppress(OSError):
+                sock.sendall(b"x" * (4 * MiB))
+            return self._status(sock)
+
+    def half_sent_body(self) -> str:
+        """A 40 MiB run body, 8 MiB of it sent, then the client goes quiet for a while."""
+        with self._connect() as sock:
+            sock.sendall(
+                self._head(
+                    "POST /v1/runs", "Content-Type: application/json", "Content-Length: 41943040"
+                )
+            )
+            with contextlib.suppress(OSError):
+                sock.sendall(b" " * (8 * MiB))
+            self.stop.wait(2)
+            return "held and dropped"
+
+    def unread_answers(self) -> str:
+        """Eight requests for the OpenAPI document whose answers are never read."""
+        socks = [self._connect() for _ in range(8)]
+        try:
+            for sock in socks:
+                sock.sendall(self._head("GET /openapi.json"))
+            self.stop.wait(2)
+            return "left unread"
+        finally:
+            for sock in socks:
+                sock.close()
 
 
 class Gateway:
@@ -160,6 +286,23 @@ class Gateway:
             "threads": int(fields["Threads"]),
             "fds": len(os.listdir(f"/proc/{pid}/fd")),
         }
+
+    def settled(self, timeout: float = 120.0) -> dict[str, int]:
+        """The resources once the warm pools are full again (each pooled kernel holds its
+        sockets and descriptors, so an empty pool and a full one differ by dozens), or
+        after `timeout` s, whatever they are then."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                status, health = self.request("GET", "/v1/health", timeout=5)
+            except OSError:
+                status, health = 0, None
+            pools = (health or {}).get("pools") or {}
+            if status == 200 and all(p["ready"] >= p["size"] for p in pools.values()):
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)  # the last teardowns
+        return self.resources()
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -216,6 +359,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     warmup = max(1, args.runs // 10)
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
     gateway = Gateway(args.backend, workdir)
+    attacker = Attacker(gateway.port)
     tally: collections.Counter[tuple[str, str]] = collections.Counter()
     started = time.monotonic()
     after_warmup: dict[str, int] = {}
@@ -223,17 +367,20 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         send: Callable[[str], tuple[str, str]] = lambda n: one_run(gateway, n, CASES[n][1])  # noqa: E731
         trend: list[dict[str, int]] = []
         with ThreadPoolExecutor(args.concurrency) as pool:
+            attacker.start()  # in the warm-up too: its steady buffers are no growth
             for name, status in pool.map(send, plan[:warmup]):
                 tally[(name, status)] += 1
-            after_warmup = gateway.resources()
+            after_warmup = gateway.settled()
             step = max(1, (len(plan) - warmup) // 10)
             for start in range(warmup, len(plan), step):
                 for name, status in pool.map(send, plan[start : start + step]):
                     tally[(name, status)] += 1
                 trend.append({"runs": start + step, **gateway.resources()})
-        at_end = gateway.resources()
+        attacks = attacker.finish()
+        at_end = gateway.settled()
         exit_code = gateway.stop()
     except BaseException:
+        attacker.stop.set()
         gateway.process.kill()
         raise
     seconds = time.monotonic() - started
@@ -251,6 +398,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "seconds": round(seconds, 1),
         "statuses": {f"{n}: {s}": c for (n, s), c in sorted(tally.items())},
+        "attacks": attacks,
         "unexpected": unexpected,
         "after_warmup": after_warmup,
         "trend": trend,
@@ -264,6 +412,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         and not any(left.values())
         and growth <= args.max_growth
         and not any(s.startswith(("http 5", "no answer")) for _, s in tally)
+        and not any(": refused 5" in a and "503" not in a for a in attacks)
         # bounded pools start threads (and the engine client connections) lazily
         and at_end["fds"] <= after_warmup["fds"] + POOL_SLACK
         and at_end["threads"] <= after_warmup["threads"] + POOL_SLACK

@@ -30,9 +30,9 @@ from gateway.sandbox.base import BackendContext, SandboxBackend
 from gateway.sandbox.factory import make_backend
 from gateway.settings import Settings
 from gateway.store.base import RecordStore
+from gateway.store.factory import make_store
 from gateway.store.instance import FileLock, machine_lock
-from gateway.store.select import make_store
-from gateway.uploads.store import UploadStore
+from gateway.uploads.service import UploadService
 
 log = logging.getLogger("gateway")
 
@@ -70,6 +70,7 @@ class Gateway:
         self.backend: SandboxBackend | None = None
         self.store: RecordStore | None = None
         self.wire: Wire | None = None
+        self._stopped = False
 
     async def start(self) -> None:
         """Start every service; if any step fails, what was started is stopped again."""
@@ -126,7 +127,7 @@ class Gateway:
             budget=ByteBudget("kernel messages", settings.kernel_bytes_in_flight),
         )
         metrics = Metrics()
-        uploads = UploadStore(settings, self.store.upload_shelf(settings))
+        uploads = UploadService(settings, self.store.upload_shelf(settings))
         runs = RunService(settings, backend, self.store, self.wire, metrics, uploads)
         if self._heartbeat is not None:
             self._heartbeat.attach(runs)
@@ -179,7 +180,11 @@ class Gateway:
 
     async def stop(self) -> None:
         """Drain: stop listening, let runs finish (bounded), destroy every sandbox, close.
-        Safe on a gateway that started only partly."""
+        Safe on a gateway that started only partly, and a second time (a start that failed
+        stops what it started, and its owner may stop it again): the second does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._server is not None:
             self._server.stop()
         for sock in self._sockets:

@@ -40,7 +40,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.session import Session
 
-from gateway.execution.executor import RESULT_EXPRESSION
+from gateway.execution.value import RESULT_EXPRESSION
 
 FLOOD_CHUNK = 64 * 1024
 _CAP = re.compile(r"result_value\((\d+)\)")

@@ -155,7 +155,7 @@ class GatewayThread:
     def pooled(self) -> list[Any]:
         """Footprints of the idle pooled kernels: alive on purpose, not leaks."""
         services = self.gateway.services
-        return [] if services is None else services.runs.kernels.footprints()
+        return [] if services is None else services.runs.pools.footprints()
 
     def stop(self) -> None:
         census.LIVE_GATEWAYS.discard(self)

@@ -32,7 +32,7 @@ from gateway.models.common import new_run_id
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest, StagedFile
 from gateway.runs.service import RunService
-from gateway.store.select import make_store
+from gateway.store.factory import make_store
 from tests.fake_backend import START_CPU_MS, FakeBackend, FakeSandbox
 from tests.fake_kernel import script
 
@@ -64,33 +64,20 @@ class Harness:
         self.pools = Pools(settings, backend, self.wire, Metrics(), sizes=sizes)
         self.teardowns: list[asyncio.Task[None]] = []
 
-    def teardown(self, closing: Awaitable[None]) -> None:
-        self.teardowns.append(asyncio.ensure_future(closing))
-
     async def execute(
-        self,
-        program: Program,
-        cancel: asyncio.Event | None = None,
-        listener: Callable[[dict[str, Any], str | None, bool], None] | None = None,
+        self, program: Program, cancel: asyncio.Event | None = None
     ) -> tuple[RunRecord, FakeSandbox]:
-        """Run a program to its final record, its sandbox's teardown included."""
+        """Run a program to its final record, its sandbox's teardown included (as the run
+        service does: the record started, the end steps once it is final)."""
         record = RunRecord(id=new_run_id(), language=program.language, user="fast")
+        record.start()
         created = len(self.backend.sandboxes)
-
-        async def files() -> tuple[tuple[StagedFile, ...], tuple[str, ...]]:
-            return program.files, ()
-
-        execution = Execution(
-            program,
-            record,
-            self.pools,
-            self.settings,
-            files=files,
-            teardown=self.teardown,
-            listener=listener,
-            cancel=cancel,
-        )
-        await execution.run()
+        cancel = cancel if cancel is not None else asyncio.Event()
+        execution = Execution(program, record, self.pools, self.settings, cancel)
+        try:
+            await execution.run(program.files)
+        finally:
+            self.teardowns.append(asyncio.ensure_future(execution.end()))
         await asyncio.gather(*self.teardowns)
         used = [s for s in self.backend.sandboxes if s.calls.count("stage_files")]
         return record, (used or self.backend.sandboxes[created:])[-1]
@@ -496,5 +483,67 @@ def test_the_service_cancels_a_running_run(tmp_path: Path) -> None:
             assert record.status == "cancelled" and record.kill_reason == "cancelled"
             stored = await runs.store.get(record.id)
             assert stored is not None and stored.status == "cancelled"
+
+    run(scenario)
+
+
+def test_a_runs_events_tell_each_cell_as_it_starts_prints_and_finishes(tmp_path: Path) -> None:
+    """What the WebSocket (and a notebook front end) hears of a replay, in order: a cell
+    starts, its outputs, it finishes with its status; then the next. And a record said to
+    be `running` already has the time it started."""
+
+    async def scenario() -> None:
+        backend = FakeBackend()
+        async with service(tmp_path, backend) as runs:
+            program = notebook((OK, []), (FAILS, []), (AFTER, []))
+            request = NotebookRequest(notebook=program.notebook, language="python")
+            active = await runs.submit_notebook(request)
+            heard: list[Any] = []
+            active.events.subscribe(heard.append)  # before the run's task starts
+            assert active.task is not None
+            record = await active.task
+        assert record.status == "failed"
+        kinds = [
+            (type(event).__name__, event.index, getattr(event, "status", None)) for event in heard
+        ]
+        assert kinds == [
+            ("CellStarted", 0, None),
+            ("CellOutput", 0, None),
+            ("CellFinished", 0, "ok"),
+            ("CellStarted", 1, None),
+            ("CellOutput", 1, None),
+            ("CellFinished", 1, "error"),
+        ], kinds
+        first_output = heard[1].output
+        assert first_output == {"output_type": "stream", "name": "stdout", "text": "a\n"}
+        assert [event.cell_id for event in heard if hasattr(event, "cell_id")] == [
+            "c0",
+            "c0",
+            "c1",
+            "c1",
+        ]
+        assert [e.execution_count for e in heard if type(e).__name__ == "CellFinished"] == [1, 2]
+
+    run(scenario)
+
+
+def test_a_running_record_always_has_its_start_time(tmp_path: Path) -> None:
+    """Status and start time move together (a client polling a background run once saw
+    `running` with `started_at: null`)."""
+
+    async def scenario() -> None:
+        backend = FakeBackend()
+        async with service(tmp_path, backend) as runs:
+            code = script(["mark", "started"], ["wait", "go"])
+            active = await runs.submit(RunRequest(language="python", code=code))
+            seen: list[tuple[str, str | None]] = []
+            while not backend.signals.mark("started").is_set():
+                seen.append((active.record.status, active.record.started_at))
+                await asyncio.sleep(0)
+            backend.signals.gate("go").set()
+            assert active.task is not None
+            await active.task
+        assert ("running", None) not in seen, seen
+        assert any(status == "running" for status, _ in seen)
 
     run(scenario)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.execution.outcome import exit_code_of
+from gateway.execution.result import exit_code_of
 
 
 @pytest.mark.parametrize(

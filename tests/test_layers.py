@@ -5,6 +5,7 @@ imports modules of its own package or of a lower layer, never of a higher one. F
 from __future__ import annotations
 
 import ast
+import re
 
 from tests.support import REPO
 
@@ -21,7 +22,7 @@ LAYERS: list[set[str]] = [
         "budget",
         "offload",
     },
-    {"models", "settings", "auth", "metrics", "startup", "instance"},
+    {"models", "settings", "auth", "metrics", "configure", "instance"},
     {"sandbox"},
     {"execution"},
     {"uploads"},
@@ -74,3 +75,12 @@ def test_the_check_sees_an_upward_import() -> None:
     tree = ast.parse("def f():\n    from gateway.runs.service import RunService\n")
     assert imported(tree) == ["gateway.runs.service"]
     assert RANK["runs"] > RANK["execution"]
+
+
+def test_design_md_names_the_same_layers_in_the_same_order() -> None:
+    """DESIGN.md's "Layers" table is this list, rank by rank."""
+    text = (REPO / "docs" / "DESIGN.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \|", text, re.M)
+    table = [set(re.findall(r"`([a-z_]+)`", names)) for _, names in rows]
+    assert [int(rank) for rank, _ in rows] == list(range(len(LAYERS)))
+    assert table == [names - {"__init__"} for names in LAYERS]  # the package's own module

@@ -138,7 +138,7 @@ def test_a_run_asking_for_less_memory_gets_it_from_a_pooled_kernel(
 
 def test_the_pool_survives_kernels_that_die_while_they_wait(pooled: GatewayThread) -> None:
     client = pooled.client()
-    backend = pooled.gateway.services.runs.kernels  # type: ignore[union-attr]
+    backend = pooled.gateway.services.runs.pools  # type: ignore[union-attr]
     idle = list(backend.pools["ipykernel"].ready)
     assert len(idle) == 2
     for session in idle:  # the kernels die under their pool (as an OOM or a crash would)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.execution.executor import RESULT_EXPRESSION, evaluated_result
 from gateway.execution.kernel import KernelClient
+from gateway.execution.value import RESULT_EXPRESSION, evaluated_result
 from tests.support import GatewayThread
 
 Sent = list[tuple[int, str, bool, dict[str, str] | None]]

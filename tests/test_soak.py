@@ -45,4 +45,7 @@ def test_a_100_run_soak_leaves_nothing_and_answers_everything(tmp_path: Path) ->
     assert done.returncode == 0 and result["ok"], (result, done.stderr[-3000:])
     assert not any(result["leftovers"].values()), result["leftovers"]
     assert not result["unexpected"], result["unexpected"]
+    # the front-door attacks ran beside the runs, and each was refused or bounded
+    assert result["attacks"], "the attacker never ran"
+    assert not any("refused 500" in attack for attack in result["attacks"]), result["attacks"]
     assert sum(result["statuses"].values()) == 100

@@ -22,8 +22,8 @@ import pytest
 from gateway import settings as settings_module
 from gateway.errors import CapacityExceeded
 from gateway.uploads.quota import UploadQuota
+from gateway.uploads.service import UploadService
 from gateway.uploads.shelf import Upload, UploadShelf, new_upload_id
-from gateway.uploads.store import UploadStore
 
 pytestmark = pytest.mark.attack
 
@@ -69,8 +69,8 @@ def archive() -> bytes:
     return buffer.getvalue()
 
 
-def store(shelf: UploadShelf, **settings: Any) -> UploadStore:
-    return UploadStore(settings_module.load(environ={}, overrides=settings), shelf)
+def store(shelf: UploadShelf, **settings: Any) -> UploadService:
+    return UploadService(settings_module.load(environ={}, overrides=settings), shelf)
 
 
 def start(coroutine: Awaitable[Upload]) -> asyncio.Future[Upload]:

@@ -13,7 +13,7 @@ import os
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, Literal, Required, TypedDict, TypeVar
+from typing import Any, Generic, Literal, Required, Self, TypedDict, TypeVar
 
 import pydantic
 
@@ -231,3 +231,16 @@ def run_body(code: str | None, options: RunOptions) -> dict[str, Any]:
     if code is not None:
         body["code"] = code
     return body
+
+
+class AsyncClosing:
+    """Closed by `aclose()`, which leaving an `async with` block calls, however it is left."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

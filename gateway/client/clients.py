@@ -22,6 +22,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from gateway.client.base import (
     DEFAULT_TIMEOUT,
+    AsyncClosing,
     BaseGatewayClient,
     Call,
     NotebookOptions,
@@ -139,7 +140,7 @@ class GatewayClient(BaseGatewayClient):
         return self._send(self._openapi())
 
 
-class AsyncGatewayClient(BaseGatewayClient):
+class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
     """The calls of `GatewayClient` for asyncio (`await client.run(...)`), plus the
     WebSocket: `stream_run` yields a run's events as they happen.
 
@@ -158,17 +159,6 @@ class AsyncGatewayClient(BaseGatewayClient):
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncGatewayClient:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def _send(self, call: Call[T]) -> T:
         try:

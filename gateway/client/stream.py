@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from types import TracebackType
 from typing import Any, ClassVar
 
 import pydantic
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from gateway.client.base import AsyncClosing
 from gateway.client.errors import Unreachable, error_from_event, not_the_api
 from gateway.models.record import RunRecord
 from gateway.models.stream import (
@@ -40,7 +40,7 @@ StreamEvent = AcceptedEvent | OutputEvent | OutputDroppedEvent | DoneEvent
 Connect = Callable[[], Awaitable[ClientConnection]]
 
 
-class RunStream:
+class RunStream(AsyncClosing):
     """The events of the run that `message` starts, on a connection `connect` opens."""
 
     # the events of a run, by `type` (an `error` event is raised instead)
@@ -150,17 +150,6 @@ class RunStream:
             await self._connection.send(json.dumps(message))
         except ConnectionClosed as exc:
             raise Unreachable(f"The stream to the gateway is closed: {exc}") from exc
-
-    async def __aenter__(self) -> RunStream:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _record(event: DoneEvent) -> RunRecord:

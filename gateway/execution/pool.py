@@ -238,7 +238,6 @@ class Pools:
         session = self.take(spec.language, spec)
         if session is None:
             return await self._start_cold(spec, cancel)
-        session.cancel = cancel
         default = limits_from(self.settings).memory_bytes
         if spec.limits.memory_bytes < default and not await session.sandbox.set_memory_limit(
             spec.limits.memory_bytes

@@ -65,13 +65,11 @@ class KernelSession:
         sandbox: Sandbox,
         client: KernelClient,
         settings: Settings,
-        cancel: asyncio.Event,
         language: Language = "python",
     ) -> None:
         self.sandbox = sandbox
         self.client = client
         self.settings = settings
-        self.cancel = cancel  # the run's: a pooled session gets it when a run takes it
         self.traits: LanguageTraits = traits(language)
         # the kernel's fence token (`execution.fence`), for kernels that need fences
         self.fence_token = new_token() if self.traits.fenced_output else None
@@ -94,14 +92,18 @@ class KernelSession:
     async def run_cell(
         self,
         source: str,
-        timeout: float,
+        until: float,
+        cancel: asyncio.Event,
         listener: OutputListener | None = None,
         caps: Caps | None = None,
         on_display: DisplayUpdate | None = None,
         user_expressions: dict[str, str] | None = None,
     ) -> Cell:
-        """Run one cell until it ends or `timeout` s pass; `caps` default to the settings'.
-        `on_display` hears of display updates meant for outputs of earlier cells;
+        """Run one cell until it ends, `cancel` is set, or the instant `until`
+        (`time.monotonic()`; the program's `Deadline` says when) is past: then the kernel is
+        interrupted, given `interrupt_grace` s to flush, and the cell ends `timeout`.
+        `caps` default to the settings'. The cell's outputs are told to `listener` as they
+        arrive; `on_display` hears of display updates meant for outputs of earlier cells;
         `user_expressions` are evaluated by the kernel after the cell, if it succeeded, and
         come back in its reply (ipykernel), saving the gateway a request of its own.
 
@@ -131,11 +133,11 @@ class KernelSession:
         waiters: dict[str, asyncio.Future[Any]] = {
             "pump": pump,
             "reply": reply,
-            "cancel": asyncio.ensure_future(self.cancel.wait()),
+            "cancel": asyncio.ensure_future(cancel.wait()),
             "limit": asyncio.ensure_future(limit_hit.wait()),
             "exit": asyncio.ensure_future(self.sandbox.wait_exit()),
         }
-        deadline = started + timeout
+        deadline = until
         replied_at: float | None = None
         try:
             while not (pump.done() and reply.done()):
@@ -161,7 +163,7 @@ class KernelSession:
                 await asyncio.wait(
                     pending, timeout=wait_until - now, return_when=asyncio.FIRST_COMPLETED
                 )
-                if self.cancel.is_set():
+                if cancel.is_set():
                     cell.ending = "cancelled"
                     break
                 if limit_hit.is_set():
@@ -369,12 +371,12 @@ async def _start_once(
             how = _how(await sandbox.death())  # the sandbox's message has its output
             raise SandboxError(f"{exc.message} ({how})" if how else exc.message) from exc
         client = KernelClient(info, wire)
-        session = KernelSession(sandbox, client, settings, cancel, spec.language)
+        session = KernelSession(sandbox, client, settings, spec.language)
     except BaseException:
         await sandbox.destroy()
         raise
     try:
-        await _until_ready(session, settings.kernel_start_timeout)
+        await _until_ready(session, settings.kernel_start_timeout, cancel)
     except BaseException:
         await session.close()
         raise
@@ -419,11 +421,11 @@ async def _unless_cancelled(
         await asyncio.gather(task, cancelled, return_exceptions=True)
 
 
-async def _until_ready(session: KernelSession, timeout: float) -> None:
+async def _until_ready(session: KernelSession, timeout: float, cancelled: asyncio.Event) -> None:
     """Wait for kernel start-up, giving up early on cancel or on the kernel's exit."""
     sandbox = session.sandbox
     task = asyncio.ensure_future(session.client.wait_ready(timeout))
-    cancel = asyncio.ensure_future(session.cancel.wait())
+    cancel = asyncio.ensure_future(cancelled.wait())
     exited = asyncio.ensure_future(sandbox.wait_exit())
     try:
         await asyncio.wait([task, cancel, exited], return_when=asyncio.FIRST_COMPLETED)

@@ -46,7 +46,7 @@ from gateway.offload import SMALL, offload_if
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
-from gateway.uploads.store import UploadStore
+from gateway.uploads.service import UploadService
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Services:
     tokens: TokenTable
     backend: SandboxBackend
     metrics: Metrics
-    uploads: UploadStore | None = None
+    uploads: UploadService | None = None
     # open WebSocket connections, closed by `Gateway.stop` after the drain
     open_streams: set[tornado.websocket.WebSocketHandler] = dataclasses.field(default_factory=set)
     # bytes held for clients, by user: request bodies and WebSocket messages being received,

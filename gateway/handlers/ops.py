@@ -29,8 +29,8 @@ class HealthHandler(BaseHandler):
             status=status,
             backend=self.services.backend.name,
             store=StoreHealth(kind=runs.store.kind, ok=store_ok),
-            kernels=Kernels(running=runs.running, pooled=runs.kernels.ready),
-            pools={kind: Pool(**pool) for kind, pool in runs.kernels.describe().items()},
+            kernels=Kernels(running=runs.running, pooled=runs.pools.ready),
+            pools={kind: Pool(**pool) for kind, pool in runs.pools.describe().items()},
             version=__version__,
         )
         await self.send_json(health, 200 if store_ok else 503)

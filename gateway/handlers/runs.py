@@ -9,7 +9,6 @@ from gateway.handlers.base import BaseHandler
 from gateway.models.answers import RunAccepted
 from gateway.models.ipynb import record_to_notebook
 from gateway.offload import offload, offload_if
-from gateway.runs.archives import check_archive
 from gateway.runs.requests import parse_run_request
 
 NOTEBOOK_TYPE = "application/x-ipynb+json"
@@ -21,7 +20,6 @@ class RunsHandler(BaseHandler):
         request = await offload_if(
             self.body_size, parse_run_request, data, self.settings_, self.user
         )
-        await check_archive(self.services.uploads, request.archive, request.user)
         runs = self.services.runs
         if request.background:
             active = await runs.submit(request)

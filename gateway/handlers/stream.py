@@ -28,6 +28,7 @@ import tornado.websocket
 
 from gateway.auth import Principal
 from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest
+from gateway.execution.events import CellOutput, RunEvent
 from gateway.handlers.base import GatewayHandler, Services
 from gateway.handlers.metered import MessageRoom, MeteredProtocol
 from gateway.handlers.origin import origin_allowed
@@ -48,7 +49,6 @@ from gateway.models.stream import (
     RunMessage,
 )
 from gateway.offload import offload, offload_if
-from gateway.runs.archives import check_archive
 from gateway.runs.bounds import bound_json
 from gateway.runs.requests import run_request
 from gateway.runs.service import ActiveRun
@@ -295,11 +295,9 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
             raise InvalidRequest(f"A run with ref {ref!r} is still in progress.", field="ref")
         size = self.room.held if self.room is not None else 0
         request = await offload_if(size, _run_message, data, self.settings_, self.user)
-        await check_archive(self.services.uploads, request.archive, request.user)
         run = _Run(ref=ref)
-        active = await self.services.runs.submit(
-            request, listener=functools.partial(self._on_output, run)
-        )
+        active = await self.services.runs.submit(request)
+        active.events.subscribe(functools.partial(self._on_event, run))
         # No await between submit and here: the run's task has not started yet, so the
         # `accepted` event is queued before any output of it.
         run.id = active.record.id
@@ -352,10 +350,15 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
 
     # --- outgoing outputs -------------------------------------------------------------
 
+    def _on_event(self, run: _Run, event: RunEvent) -> None:
+        """What the run did (`gateway.execution.events`), on the event loop as it happens:
+        its outputs are sent live."""
+        if isinstance(event, CellOutput):
+            self._on_output(run, event.output, event.display_id, event.replaces)
+
     def _on_output(
         self, run: _Run, output: dict[str, Any], display_id: str | None, update: bool
     ) -> None:
-        """The run's listener: called on the event loop for each output as it arrives."""
         if not self._connected:
             return
         if self.outbox.full:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from gateway.handlers.base import BaseHandler
 from gateway.models.tools import CodeExecStarted
 from gateway.offload import offload_if
-from gateway.runs.archives import check_archive
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
 from gateway.tools.run_python import parse_run_python, run_python_answer
@@ -32,7 +31,6 @@ class RunPythonToolHandler(BaseHandler):
             archives=self.services.uploads is not None,
         )
         request = call.request
-        await check_archive(self.services.uploads, request.archive, request.user)
         record = await self.services.runs.run(request)
         await self.send_json(run_python_answer(call, record))
 

@@ -14,7 +14,7 @@ from gateway.errors import (
 )
 from gateway.handlers.base import BaseHandler
 from gateway.uploads.archives import LENIENT_TYPES, RAW_TYPES, archive_error
-from gateway.uploads.store import UploadStore
+from gateway.uploads.service import UploadService
 
 MULTIPART_SLACK = 64 * 1024  # room for the multipart boundaries and part headers
 
@@ -53,7 +53,7 @@ class UploadsHandler(BaseHandler):
 
     async def post(self) -> None:
         store = self.services.uploads
-        if not isinstance(store, UploadStore):
+        if not isinstance(store, UploadService):
             raise Forbidden("Archive uploads are disabled.", code="archive_mode_disabled")
         data = self._archive_bytes()
         if len(data) > self.settings_.max_upload_bytes:

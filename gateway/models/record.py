@@ -1,17 +1,29 @@
 """The run record: everything a client learns about one run (`RunRecord`), as one pydantic
 model whose JSON is the API's answer and whose JSON Schema is the document's `RunRecord`.
 
-The record is built up while the run goes on (the executor, the outcome and the service
-set its fields), so assignments are not validated; what it holds came from our own code.
-Outputs, charts, returned files and the error are plain JSON objects (nbformat's own
-schema describes outputs).
+The record owns its run's life: its `status` moves only through its own methods, which
+refuse a move the life does not allow (`MOVES`; a `succeeded` run never becomes `running`):
+
+    queued --start()--> running --finish(verdict)--> succeeded | failed | timed_out
+      |                    |                          | killed | cancelled
+      |                    +--fail(note)--> failed   (the gateway could not run it)
+      +--cancel_unstarted(note)--> cancelled         (cancelled while it waited)
+      +--fail(note)--> failed                        (its replica died before it ran)
+
+The run service starts it when it holds a slot, the result builder
+(`gateway.execution.result`) finishes it, the service or a store's lease recovery fails it.
+Its results are filled in by the result builder only; assignments are not validated, what
+it holds came from our own code. Outputs, charts, returned files and the error are plain
+JSON objects (nbformat's own schema describes outputs).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, computed_field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, RootModel, computed_field
 
 from gateway.models.base import component
 from gateway.models.common import FINAL_STATUSES, KillReason, Language, Status, now_rfc3339
@@ -133,6 +145,32 @@ class ReturnedFile(RootModel[ReturnedFileContent | ReturnedFileError]):
     while they stay inside the working folder."""
 
 
+class IllegalMove(RuntimeError):
+    """A status move its run's life does not allow: a bug of the gateway, never the user's."""
+
+
+# Each move, and the statuses it may start from; a final status moves no more.
+MOVES: dict[str, frozenset[str]] = {
+    "start": frozenset({"queued"}),
+    "cancel_unstarted": frozenset({"queued"}),
+    "fail": frozenset({"queued", "running"}),
+    "finish": frozenset({"running"}),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """How a run that ran ended (`gateway.execution.result.judge`): its final status and
+    what goes with it."""
+
+    status: Status
+    exit_code: int | None = None
+    kill_reason: KillReason | None = None
+    timed_out: bool = False
+    notes: tuple[str, ...] = ()
+    keep_error: bool = True  # False: the error was `sys.exit(0)`, which is no error
+
+
 # The gateway's own fields: stored with the record, never sent.
 PRIVATE_FIELDS = frozenset({"user", "code", "created_at", "notebook", "result_note"})
 
@@ -210,6 +248,53 @@ class RunRecord(BaseModel):
     notebook: dict[str, Any] | None = Field(None, exclude=True)
     # why the code's `result` was not returned, as a fact (the tools report it their way)
     result_note: str | None = Field(None, exclude=True)
+    _started: float | None = PrivateAttr(None)  # monotonic, for `usage.wall_ms`
+
+    # --- its life -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """It holds a run slot: `running`, from now (the sandbox's start included)."""
+        self._move("start", "running")
+        self.started_at = now_rfc3339()
+        self._started = time.monotonic()
+
+    def cancel_unstarted(self, note: str) -> None:
+        """Cancelled while it waited for a slot: it never ran."""
+        self._move("cancel_unstarted", "cancelled")
+        self.kill_reason = "cancelled"
+        self.notes.append(note)
+        self._end()
+
+    def fail(self, note: str) -> None:
+        """The gateway could not run it (no kernel, files refused, an error of its own), or
+        its replica died: `failed`, with the reason as a note."""
+        self._move("fail", "failed")
+        self.exit_code = None
+        self.notes.append(note)
+        self._end()
+
+    def finish(self, verdict: Verdict) -> None:
+        """It ran: its final status, as the result builder judged it."""
+        if verdict.status not in FINAL_STATUSES:
+            raise IllegalMove(f"run {self.id}: a verdict of {verdict.status!r} is not final")
+        self._move("finish", verdict.status)
+        self.exit_code = verdict.exit_code
+        self.kill_reason = verdict.kill_reason
+        self.timed_out = verdict.timed_out
+        self.notes.extend(verdict.notes)
+        if not verdict.keep_error:
+            self.error = None
+        self._end()
+
+    def _move(self, move: str, status: Status) -> None:
+        if self.status not in MOVES[move]:
+            raise IllegalMove(f"run {self.id}: {move}() of a {self.status} run (to {status})")
+        self.status = status
+
+    def _end(self) -> None:
+        self.finished_at = now_rfc3339()
+        if self._started is not None:
+            self.usage.wall_ms = int((time.monotonic() - self._started) * 1000)
 
     @computed_field(description='`status == "succeeded"`')  # type: ignore[prop-decorator]
     @property

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable
 
 from gateway.errors import CapacityExceeded, GatewayError, NotFound, StoreUnavailable
-from gateway.execution.collector import OutputListener
+from gateway.execution.events import RunEvents
 from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
@@ -22,13 +22,13 @@ from gateway.models.common import RUN_ID_PATTERN, new_run_id
 from gateway.models.ipynb import store_notebook
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
-from gateway.runs.archives import archive_files
+from gateway.runs.attach import archive_files, check_archive
 from gateway.runs.bounds import bound_record
 from gateway.runs.slots import RunSlots
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
 from gateway.store.base import UNFINISHED, RecordQuota, RecordStore
-from gateway.uploads.store import UploadStore
+from gateway.uploads.service import UploadService
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 log = logging.getLogger(__name__)
@@ -51,6 +51,9 @@ class ActiveRun:
     # never cancelled, so its clean-up and final record always happen.
     cancel: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     stored: bool = False  # admitted by the store: its lease is this gateway's to renew
+    # what the run does as it happens: front ends subscribe right after `submit`, before
+    # the run's task starts (no await between the two)
+    events: RunEvents = dataclasses.field(default_factory=RunEvents)
 
 
 class RunService:
@@ -61,7 +64,7 @@ class RunService:
         store: RecordStore,
         wire: Wire,
         metrics: Metrics,
-        uploads: UploadStore | None = None,
+        uploads: UploadService | None = None,
     ) -> None:
         self.settings = settings
         self.uploads = uploads
@@ -70,7 +73,7 @@ class RunService:
         self.wire = wire
         self.metrics = metrics
         self.active: dict[str, ActiveRun] = {}
-        self.kernels = Pools(
+        self.pools = Pools(
             settings,
             backend,
             wire,
@@ -91,11 +94,11 @@ class RunService:
         metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", self._pooled)
 
     def _pooled(self) -> float:
-        return float(self.kernels.ready)
+        return float(self.pools.ready)
 
     def start(self) -> None:
         """Start filling the pools (the gateway calls this once it is up)."""
-        self.kernels.start()
+        self.pools.start()
 
     def _teardown(self, closing: Awaitable[None]) -> None:
         """Destroy a run's sandbox in the background, after its record was answered."""
@@ -113,7 +116,7 @@ class RunService:
     @property
     def settled(self) -> bool:
         """No run is active, no sandbox is being destroyed, no pool kernel is starting."""
-        return not self.active and not self._teardowns and not self.kernels.busy
+        return not self.active and not self._teardowns and not self.pools.busy
 
     @property
     def queued(self) -> int:
@@ -142,14 +145,16 @@ class RunService:
                 retry_after=self._retry,
             )
 
-    async def submit(
-        self, request: RunRequest, listener: OutputListener | None = None
-    ) -> ActiveRun:
-        """Admit a run and start it as a task; the returned record is `queued`."""
+    async def submit(self, request: RunRequest) -> ActiveRun:
+        """Admit a run and start it as a task; the returned record is `queued`. Every
+        policy that needs more than the body is applied here, whatever front end asked: the
+        archive it names must be the caller's and still kept (404 otherwise); the rest was
+        applied when the body became a `RunRequest` (`gateway.runs.requests`)."""
+        await check_archive(self.uploads, request.archive, request.user)
         record = RunRecord(
             id=new_run_id(), language=request.language, user=request.user, code=request.source
         )
-        return await self._start(record, from_run(request), listener)
+        return await self._start(record, from_run(request))
 
     async def submit_notebook(self, request: NotebookRequest) -> ActiveRun:
         """Admit a notebook replay and start it as a task; the returned record is `queued`."""
@@ -157,11 +162,9 @@ class RunService:
             id=new_run_id(), language=request.language, user=request.user, code=request.code
         )
         store_notebook(record, request.notebook)
-        return await self._start(record, from_notebook(request), None)
+        return await self._start(record, from_notebook(request))
 
-    async def _start(
-        self, record: RunRecord, program: Program, listener: OutputListener | None
-    ) -> ActiveRun:
+    async def _start(self, record: RunRecord, program: Program) -> ActiveRun:
         self._admit()
         active = ActiveRun(record=record)
         self.active[record.id] = active  # holds its place in this gateway's capacity
@@ -179,13 +182,13 @@ class RunService:
                 f"{self.settings.max_runs_per_user}.",
                 retry_after=self._retry,
             )
-        active.task = asyncio.create_task(self._run(active, program, listener))
+        active.task = asyncio.create_task(self._run(active, program))
         return active
 
-    async def run(self, request: RunRequest, listener: OutputListener | None = None) -> RunRecord:
+    async def run(self, request: RunRequest) -> RunRecord:
         """Run and wait for the final record. Raises the GatewayError that stopped it before
         any code ran (no kernel could start, files could not be staged)."""
-        return await self._wait(await self.submit(request, listener))
+        return await self._wait(await self.submit(request))
 
     async def run_notebook(self, request: NotebookRequest) -> RunRecord:
         """Replay and wait for the final record (raises SandboxError if no kernel started)."""
@@ -198,43 +201,39 @@ class RunService:
             raise active.error
         return record
 
-    async def _run(
-        self, active: ActiveRun, program: Program, listener: OutputListener | None
-    ) -> RunRecord:
+    async def _run(self, active: ActiveRun, program: Program) -> RunRecord:
+        """The run's task: a slot, then the execution; the record is final on every way out
+        (the record's own methods move its status: `gateway.models.record`)."""
         record = active.record
         started = time.monotonic()
+        execution: Execution | None = None
         try:
             if not await self._slots.acquire(record.user, active.cancel):
-                record.status, record.kill_reason = "cancelled", "cancelled"
-                record.notes.append("The run was cancelled before it started.")
+                record.cancel_unstarted("The run was cancelled before it started.")
                 return record
             try:
+                record.start()
+                record.notes.extend(program.notes)
+                await self.store.update(record)  # it holds a slot: so other replicas see it
+                files, notes = await archive_files(self.uploads, program)
                 execution = Execution(
-                    program,
-                    record,
-                    self.kernels,
-                    self.settings,
-                    files=lambda: archive_files(self.uploads, program),
-                    teardown=self._teardown,
-                    listener=listener,
-                    cancel=active.cancel,
+                    program, record, self.pools, self.settings, active.cancel, active.events
                 )
+                execution.result.notes.extend(notes)
                 active.execution = execution
-                record.status = "running"  # it holds a slot: so other replicas see it
-                await self.store.update(record)
-                await execution.run()
+                await execution.run(files)
             finally:
+                if execution is not None:  # off the answer's path: the record is final
+                    self._teardown(execution.end())
                 self._slots.release(record.user)
         except GatewayError as exc:  # no kernel could start, or the staging was refused
             active.error = exc
-            record.status = "failed"
-            record.notes.append(exc.message)
+            _fail(record, exc.message)
             if exc.status >= 500:
                 log.warning("run %s: %s", record.id, exc.message)
         except Exception:
             log.exception("run %s failed inside the gateway", record.id)
-            record.status = "failed"
-            record.notes.append("The gateway failed while running this; the error was logged.")
+            _fail(record, "The gateway failed while running this; the error was logged.")
         finally:
             try:
                 bound_record(record, self.settings.max_record_bytes)
@@ -336,6 +335,15 @@ class RunService:
                 active.cancel.set()
             if pending:
                 await asyncio.wait(pending, timeout=30)
-        await self.kernels.close()
+        await self.pools.close()
         if self._teardowns:
             await asyncio.wait(list(self._teardowns), timeout=60)
+
+
+def _fail(record: RunRecord, note: str) -> None:
+    """Fail a run the gateway could not run; one already final keeps its status (an error
+    after its results were written) and gets the note only."""
+    if record.final:
+        record.notes.append(note)
+    else:
+        record.fail(note)

@@ -35,7 +35,7 @@ Engine calls run on a thread pool of the backend's own (the SDK is synchronous, 
 decision 8), each bounded by `docker_call_timeout`; kills and removals have a pool of
 their own, so a busy engine can never starve the deadline. A container's exit is learned
 once, from the engine's event stream (`docker_events.py`), never by parking a thread in
-`Container.wait()` (issue 12).
+`Container.wait()`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The Docker SDK is synchronous, and `Container.wait()` parks a thread for as long as the
 container lives. Waiting that way once per cell (or per waiter) exhausted the backend's
-thread pool and stopped the whole backend (issue 12). Instead, one dedicated thread reads
+thread pool and stopped the whole backend. Instead, one dedicated thread reads
 the engine's event stream (`die` events of this gateway instance's containers) and
 resolves one asyncio future per container; every waiter awaits that future.
 

@@ -44,7 +44,7 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
     """The kernel's command line. `-P` keeps the working folder off `sys.path` while the
     kernel starts, and our launcher imports the startup extension first: a
     `sitecustomize.py`, `ipykernel_launcher.py` or `kernels/` planted in a persistent
-    workspace never runs at kernel start (issue 8, hole 3). Our extension then puts the
+    workspace never runs at kernel start. Our extension then puts the
     working folder on `sys.path` for the user's code, as Jupyter does. Bash and Deno
     kernels start the same way, from our own `kernels` package."""
     kernel = traits(language).kernel

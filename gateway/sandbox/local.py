@@ -81,7 +81,7 @@ HIDDEN = (
     "/home",
     "/var/lib/docker",
     "/var/lib/containerd",
-    "/sys/fs/cgroup",  # every sandbox's group: its usage, its limits (issue 20, row 8)
+    "/sys/fs/cgroup",  # every sandbox's group: its usage, its limits
 )
 HIDDEN_TMPFS_BYTES = 1 << 20  # the empty tmpfs over a hidden folder: room for mount points
 SHARED_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # a private tmpfs each, like Docker's /tmp
@@ -484,13 +484,17 @@ class LocalSandbox(Sandbox):
 
     def _forget_process(self) -> None:
         """Let go of a kernel process that already exited (before a new attempt)."""
+        self._close_watches()
+        self._log_tail = b""
+
+    def _close_watches(self) -> None:
+        """Stop watching the kernel's exit and its log, and close both descriptors."""
         loop = asyncio.get_running_loop()
         for fd in (self._pidfd, self._log_fd):
             if fd is not None:
                 loop.remove_reader(fd)
                 os.close(fd)
         self._pidfd = self._log_fd = None
-        self._log_tail = b""
 
     def _spawn(self, command: list[str], home: str, fds: list[int]) -> int:
         files = [] if self.group is None else [str(p) for p in self.group.proc_files]
@@ -635,12 +639,7 @@ class LocalSandbox(Sandbox):
         try:
             await self.kill()
         finally:
-            loop = asyncio.get_running_loop()
-            for fd in (self._pidfd, self._log_fd):
-                if fd is not None:
-                    loop.remove_reader(fd)
-                    os.close(fd)
-            self._pidfd = self._log_fd = None
+            self._close_watches()
             if self.pid is not None and self.exited is not None and not self.exited.done():
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(self.pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG: never blocks

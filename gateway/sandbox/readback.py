@@ -1,7 +1,7 @@
 """Read a run's `return_files` out of its working folder, on the gateway's side.
 
 Nothing runs inside the sandbox for this (a module planted in a persistent workspace
-once ran with the gateway's authority there: issue 8, hole 3). The backend freezes or
+once ran with the gateway's authority there). The backend freezes or
 kills the sandbox first, so nothing changes while we read, and hands us the working
 folder as an open descriptor. Every path is then resolved one component at a time from
 that descriptor:

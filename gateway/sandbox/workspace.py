@@ -8,7 +8,7 @@ created (a queued run may wait minutes), one component at a time from the root w
 `O_NOFOLLOW | O_DIRECTORY`, creating what is missing. Everything after that uses the file
 descriptor, never the path: a folder an earlier run swapped for a link to a host folder
 makes the open fail (`InvalidPath`), and nothing outside the root is ever chowned,
-mounted or written (issue 8, hole 1).
+mounted or written.
 """
 
 from __future__ import annotations

@@ -406,13 +406,10 @@ async def _fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
     """Mark the claimed unfinished runs failed, each with `note` (naming its replica)."""
     for run_id, replica, payload in rows:
         record = RunRecord.from_storage(json.loads(payload))
-        record.status = "failed"
-        record.exit_code = None
-        record.notes.append(note.format(replica=replica))
+        record.fail(note.format(replica=replica))
         stored = encode(record.to_storage())  # at start, or in the heartbeat's thread
         await conn.execute(
-            "UPDATE runs SET status = 'failed', record = %s, size = %s, lease_until = NULL "
-            "WHERE id = %s",
-            (stored, len(stored), run_id),
+            "UPDATE runs SET status = %s, record = %s, size = %s, lease_until = NULL WHERE id = %s",
+            (record.status, stored, len(stored), run_id),
         )
     return len(rows)

@@ -206,9 +206,7 @@ class SQLiteStore(RecordStore):
         )
         for (payload,) in rows:
             record = decode(payload)  # in the store's thread, at start
-            record.status = "failed"
-            record.exit_code = None
-            record.notes.append(note)
+            record.fail(note)
             self._put(record.id, record.user, record.status, encode(record.to_storage()))
         return len(rows)
 

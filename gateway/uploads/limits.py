@@ -201,3 +201,13 @@ class PathTree:
 
     def staged(self) -> tuple[StagedFile, ...]:
         return tuple(StagedFile(path=path, data=data) for path, data in self.files.items())
+
+    def unpacked(self, format: Format, budget: Budget, keep: bool) -> Unpacked:
+        """What the archive held, once read to its end (its files only when `keep`)."""
+        return Unpacked(
+            format=format,
+            entries=budget.entries,
+            unpacked_bytes=budget.actual,
+            files=self.staged() if keep else (),
+            folders=tuple(self.given_folders),
+        )

@@ -234,13 +234,7 @@ def read_tar_gz(source: BinaryIO, limits: ArchiveLimits, keep: bool) -> Unpacked
         data = _tar_data(stream, name, size, budget, keep)
         if keep:
             tree.files[path] = data
-    return Unpacked(
-        format="tar.gz",
-        entries=budget.entries,
-        unpacked_bytes=budget.actual,
-        files=tree.staged() if keep else (),
-        folders=tuple(tree.given_folders),
-    )
+    return tree.unpacked("tar.gz", budget, keep)
 
 
 def _check_tar_kind(kind: bytes, name: str, link: bytes) -> None:

@@ -66,13 +66,7 @@ def read_zip(source: BinaryIO, size: int, limits: ArchiveLimits, keep: bool) -> 
             data = _zip_data(archive, info, budget, keep)
             if keep:
                 tree.files[path] = data
-    return Unpacked(
-        format="zip",
-        entries=budget.entries,
-        unpacked_bytes=budget.actual,
-        files=tree.staged() if keep else (),
-        folders=tuple(tree.given_folders),
-    )
+    return tree.unpacked("zip", budget, keep)
 
 
 def _count_central_directory(source: BinaryIO, size: int, limits: ArchiveLimits) -> None:

@@ -306,20 +306,16 @@ class OrderedPipes:
         """Whatever the pipes hold now, without waiting for anyone (the shell is gone)."""
         chunks = self.read()
         self._lift_gate()
-        for name, fd in self._read_fds.items():
-            for _ in range(64):
-                if fd is None or not self.is_open(name):
-                    break
-                data = self._read_packet(name, fd)
-                if not data:
-                    break
-                chunks.append((name, data))
-        return chunks
+        return chunks + self._read_packets(64)
 
     def _read_arrival(self) -> list[Chunk]:
+        return self._read_packets(16)  # one call must not starve the event loop
+
+    def _read_packets(self, per_stream: int) -> list[Chunk]:
+        """Up to `per_stream` packets of each open stream, in stream order."""
         chunks: list[Chunk] = []
         for name, fd in self._read_fds.items():
-            for _ in range(16):  # one call must not starve the event loop
+            for _ in range(per_stream):
                 if fd is None or not self.is_open(name):
                     break
                 data = self._read_packet(name, fd)

@@ -1,10 +1,10 @@
 """Kernel-side caps: an ordinary program's huge error or display arrives cut, not lost.
 
 The gateway bounds what it accepts from a kernel whatever the kernel sends (a message
-over its size limit is dropped, every byte counts against the output limit: issue 8,
-hole 6). A program that raises `ValueError('A' * 10**8)` or displays a 50 MB HTML table
-is not hostile, though: here, inside the kernel, such messages are cut to what the gateway
-keeps, head and tail with a marker, so that the run still gets its error and its reply.
+over its size limit is dropped, every byte counts against the output limit). A program
+that raises `ValueError('A' * 10**8)` or displays a 50 MB HTML table is not hostile,
+though: here, inside the kernel, such messages are cut to what the gateway keeps, head and
+tail with a marker, so that the run still gets its error and its reply.
 
 - error values and each traceback entry: at most `MAX_TEXT` characters; a whole
   traceback at most `MAX_TRACEBACK` (the `error` message and the execute_reply alike);

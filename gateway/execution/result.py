@@ -1,11 +1,13 @@
-"""How a program went, and the one function that writes it into the run record.
+"""`RunResult`: a run's results, built up as it runs, and the one place that writes them into
+its record.
 
-`Tally` follows the cells as they finish: the record's texts (each cell's stream text is
-capped as it arrives; the record keeps the head and the tail of all of them), the cells'
-outputs less rich ones past the program's budget, the charts, the first failure, and the
-notes. `Outcome` is what the sandbox reported after the last cell. `apply_outcome` turns
-both into the record: outputs, texts, error, exit code, files, usage, result, status and
-kill reason. Nothing else writes a run's results.
+As the cells finish (`add`), it keeps the record's texts (each cell's stream text is capped
+as it arrives; the record keeps the head and the tail of all of them), the cells' outputs
+less rich ones past the program's budget, the charts, the first failure and the notes, and
+says how much of the program's budgets is left (`caps`). Once the last cell ended, the
+executor gives it what the sandbox reported (`close`: `result`, returned files, usage, the
+limits that struck, how the kernel died). `write` then fills in the record and finishes it
+with the verdict `judge` reaches: nothing else writes a run's results or its final status.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from gateway.execution.charts import charts_from_outputs, is_saved_chart
 from gateway.execution.collector import Caps
 from gateway.execution.errorcap import cap_error
 from gateway.execution.program import Program
-from gateway.execution.session import Cell
+from gateway.execution.session import Cell, Ending
 from gateway.execution.textcap import HeadTailText
 from gateway.models.common import KillReason
 from gateway.models.ipynb import store_notebook
 from gateway.models.languages import traits
-from gateway.models.record import RunRecord, Usage
+from gateway.models.record import RunRecord, Usage, Verdict
 from gateway.sandbox.base import Death, FilesRead, LimitEvent
 from gateway.settings import Settings
 
@@ -89,8 +91,20 @@ class _Text:
         return whole.text(), whole.truncated or any(cut for _, cut in self.parts)
 
 
-class Tally:
-    """What the cells have produced so far, and how much of the program's budgets is left."""
+@dataclasses.dataclass
+class Closing:
+    """What the sandbox reported once the last cell ended."""
+
+    result: Any = None
+    result_note: str | None = None
+    files: FilesRead | None = None
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    events: frozenset[LimitEvent] = frozenset()
+    death: Death | None = None
+
+
+class RunResult:
+    """A program's results so far; see the module docstring."""
 
     def __init__(self, settings: Settings, program: Program) -> None:
         self.settings = settings
@@ -104,6 +118,10 @@ class Tally:
         self.displays: dict[str, list[dict[str, Any]]] = {}  # kept outputs by display id
         self.error: dict[str, Any] | None = None
         self.exit_code: int | None = 0
+        self.last = Cell(source="")  # the cell whose ending decides the status
+        self.closing = Closing()
+
+    # --- as the cells finish ------------------------------------------------------------
 
     def caps(self) -> Caps:
         """The next cell's caps: output past what is left of the program's limit kills it."""
@@ -118,7 +136,8 @@ class Tally:
         return f"{name}: {note}" if self.program.cell_names else note
 
     def add(self, name: str, cell: Cell) -> list[dict[str, Any]]:
-        """Count a cell's output in; returns the outputs the cell keeps."""
+        """Count a finished cell in (it is now the last); returns the outputs it keeps."""
+        self.last = cell
         collector = cell.collector
         if collector is None:
             return []
@@ -142,6 +161,10 @@ class Tally:
                 self.displays.setdefault(display_id, []).append(output)
         return kept
 
+    def stop(self, ending: Ending) -> None:
+        """The program stopped before a cell ran (cancelled, out of time): that decides."""
+        self.last = Cell(source="", ending=ending)
+
     def update_display(self, display_id: str, data: dict[str, Any], metadata: Any) -> None:
         """A later cell updated a display: earlier cells' outputs with its id show it too."""
         for output in self.displays.get(display_id, []):
@@ -154,11 +177,11 @@ class Tally:
             self.error = error_of(cell, self.settings.error_cap_bytes)
             self.exit_code = exit_code
 
-    def note_stop(self, name: str, cell: Cell, limit: float, more: bool) -> None:
+    def note_stop(self, name: str, cell: Cell, by_cell_timeout: bool, more: bool) -> None:
         program = self.program
         after = " The cells after it did not run." if more else ""
         if cell.ending == "timeout" and program.cell_names:
-            if limit >= program.cell_timeout:
+            if by_cell_timeout:
                 why = f"{name} ran longer than cell_timeout ({program.cell_timeout:g} s)"
             else:
                 why = (
@@ -169,109 +192,99 @@ class Tally:
         elif more:
             self.notes.append(f"The run ended during {name}.{after}")
 
+    # --- once the last cell ended -------------------------------------------------------
 
-@dataclasses.dataclass
-class Outcome:
-    """What the sandbox reported once the last cell ended."""
+    def verdict(self) -> Verdict:
+        last = self.last
+        exit_code = (
+            self.exit_code
+            if last.ending == "finished"
+            else last.exit_code
+            if last.ending == "exited"
+            else None
+        )
+        closing = self.closing
+        return judge(
+            last,
+            exit_code,
+            self.error,
+            closing.events,
+            closing.death,
+            traits(self.program.language).exit_is_program_exit,
+        )
 
-    last: Cell
-    result: Any = None
-    result_note: str | None = None
-    files: FilesRead | None = None
-    usage: Usage = dataclasses.field(default_factory=Usage)
-    events: frozenset[LimitEvent] = frozenset()
-    death: Death | None = None
-
-
-def apply_outcome(record: RunRecord, program: Program, tally: Tally, outcome: Outcome) -> None:
-    """Write the program's results into the record (the one writer of them)."""
-    store_notebook(record, program.notebook)
-    for stream in STREAMS:
-        text, truncated = tally.texts[stream].value()
-        setattr(record, stream, text)
-        setattr(record, f"{stream}_truncated", truncated)
-    record.charts = tally.charts
-    record.error = tally.error
-    record.notes.extend(tally.notes)
-    record.result = outcome.result
-    record.result_note = outcome.result_note
-    if outcome.result_note:
-        record.notes.append(outcome.result_note)
-    if outcome.files is not None:
-        record.files = outcome.files.files
-        record.notes.extend(outcome.files.notes)
-    record.usage = outcome.usage  # `running()` adds the wall time on its way out
-    last = outcome.last
-    record.exit_code = (
-        tally.exit_code
-        if last.ending == "finished"
-        else last.exit_code
-        if last.ending == "exited"
-        else None
-    )
-    exit_is_program_exit = traits(program.language).exit_is_program_exit
-    settle_status(record, last, outcome.events, outcome.death, exit_is_program_exit)
+    def write(self, record: RunRecord) -> None:
+        """Fill in the record's results and finish it (the one writer of both)."""
+        closing = self.closing
+        store_notebook(record, self.program.notebook)
+        for stream in STREAMS:
+            text, truncated = self.texts[stream].value()
+            setattr(record, stream, text)
+            setattr(record, f"{stream}_truncated", truncated)
+        record.charts = self.charts
+        record.error = self.error
+        record.notes.extend(self.notes)
+        record.result = closing.result
+        record.result_note = closing.result_note
+        if closing.result_note:
+            record.notes.append(closing.result_note)
+        if closing.files is not None:
+            record.files = closing.files.files
+            record.notes.extend(closing.files.notes)
+        record.usage = closing.usage  # `finish` adds the wall time
+        record.finish(self.verdict())
 
 
-def settle_status(
-    record: RunRecord,
+def judge(
     cell: Cell,
+    exit_code: int | None,
+    error: dict[str, Any] | None,
     events: frozenset[str],
     death: Death | None,
     exit_is_program_exit: bool = False,
-) -> None:
-    """The record's status and kill reason, from how the last cell ended and what limits
-    struck. A cell that "exited" (the program ended its kernel, its exit code already in
-    the record) settles like a finished one. For a language whose kernel ending is the
-    program ending (`exit_is_program_exit`: Deno, where `Deno.exit(n)` ends the process),
-    a kernel that "died" with an exit status did so on purpose: that status is the run's
-    exit code, not a crash."""
+) -> Verdict:
+    """How a run ended: from how its last cell ended, the program's exit code, the limits
+    that struck and how the kernel died. A cell that "exited" (the program ended its
+    kernel, with its exit code) is judged as a finished one. For a language whose kernel
+    ending is the program ending (`exit_is_program_exit`: Deno, where `Deno.exit(n)` ends
+    the process), a kernel that "died" with an exit status did so on purpose: that status
+    is the run's exit code, not a crash."""
     # When both struck, a process storm is the likelier cause of the memory pressure.
     limit: KillReason | None = (
         "pids" if "pids" in events else "memory" if "memory" in events else None
     )
     if cell.ending == "cancelled":
-        record.status, record.kill_reason = "cancelled", "cancelled"
-    elif cell.ending == "output_limit":
-        record.status, record.kill_reason = "killed", "output_limit"
-        record.notes.append("The run was killed: it produced more output than the limit.")
-    elif cell.ending == "died":
+        return Verdict("cancelled", kill_reason="cancelled")
+    if cell.ending == "output_limit":
+        note = "The run was killed: it produced more output than the limit."
+        return Verdict("killed", kill_reason="output_limit", notes=(note,))
+    if cell.ending == "died":
         if (death is not None and death.oom_killed) or limit == "memory":
-            record.status, record.kill_reason = "killed", "memory"
-            record.notes.append("The run was killed: it used more memory than its limit.")
-        elif (
+            note = "The run was killed: it used more memory than its limit."
+            return Verdict("killed", kill_reason="memory", notes=(note,))
+        if (
             exit_is_program_exit
             and death is not None
             and death.exit_code is not None
             and death.exit_code >= 0
         ):
-            record.exit_code = death.exit_code
-            record.status = "succeeded" if death.exit_code == 0 else "failed"
-        else:
-            record.status = "failed"
-            code = None if death is None else death.exit_code
-            if code is not None and code < 0:
-                code = 128 - code
-            record.exit_code = code
-            record.notes.append(f"The kernel died unexpectedly (exit status {code}).")
-    elif cell.ending == "timeout":
-        record.timed_out = True
+            if death.exit_code == 0:
+                return Verdict("succeeded", exit_code=0)
+            return Verdict("failed", exit_code=death.exit_code)
+        code = None if death is None else death.exit_code
+        if code is not None and code < 0:
+            code = 128 - code
+        note = f"The kernel died unexpectedly (exit status {code})."
+        return Verdict("failed", exit_code=code, notes=(note,))
+    if cell.ending == "timeout":
         if limit is not None:
-            record.status, record.kill_reason = "killed", limit
-            record.notes.append(f"The {limit} limit was reached before the timeout.")
-        else:
-            record.status, record.kill_reason = "timed_out", "timeout"
-    elif record.exit_code == 0:
-        record.status = "succeeded"
-        record.error = (
-            None if record.error and record.error.get("ename") == "SystemExit" else record.error
-        )
-        if limit is not None:
-            record.notes.append(f"The {limit} limit was reached during the run.")
-    elif limit is not None:
-        record.status, record.kill_reason = "killed", limit
-        record.notes.append(f"The {limit} limit was reached.")
-    else:
-        record.status = "failed"
-    if record.status in ("timed_out", "killed", "cancelled"):
-        record.exit_code = None
+            note = f"The {limit} limit was reached before the timeout."
+            return Verdict("killed", kill_reason=limit, timed_out=True, notes=(note,))
+        return Verdict("timed_out", kill_reason="timeout", timed_out=True)
+    if exit_code == 0:
+        notes = () if limit is None else (f"The {limit} limit was reached during the run.",)
+        exited = error is not None and error.get("ename") == "SystemExit"
+        return Verdict("succeeded", exit_code=0, notes=notes, keep_error=not exited)
+    if limit is not None:
+        return Verdict("killed", kill_reason=limit, notes=(f"The {limit} limit was reached.",))
+    return Verdict("failed", exit_code=exit_code)

@@ -30,10 +30,10 @@ from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
 from gateway.uploads.quota import UploadQuota
 from gateway.uploads.shelf import UPLOAD_ID, Upload, UploadShelf, new_upload_id
 
-__all__ = ["UPLOAD_ID", "Upload", "UploadStore", "new_upload_id"]
+__all__ = ["UPLOAD_ID", "Upload", "UploadService", "new_upload_id"]
 
 
-class UploadStore:
+class UploadService:
     """Uploaded archives. Handlers call `create`; runs call `unpack`."""
 
     def __init__(self, settings: Settings, shelf: UploadShelf) -> None:

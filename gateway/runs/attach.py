@@ -1,9 +1,9 @@
 """Attach an upload to a run: the archive's files are staged first, then the run's own
 `files`, which replace archive entries of the same path.
 
-Handlers call `check_archive` before a run is admitted (a missing or someone else's upload
-is a 404 at once); the executor calls `archive_files` once the run holds a slot, so that an
-archive is unpacked only then, never while the run waits in the queue (issue 8, hole 12).
+The run service calls `check_archive` when it admits a run (a missing or someone else's
+upload is a 404 at once), and `archive_files` once the run holds a slot, so that an archive
+is unpacked only then, never while the run waits in the queue.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from gateway.errors import Forbidden, GatewayError, InvalidPath
 from gateway.execution.program import Program
 from gateway.models.request import StagedFile
 from gateway.uploads.archives import Unpacked
-from gateway.uploads.store import UploadStore
+from gateway.uploads.service import UploadService
 
 MAX_LISTED = 5  # names listed in a note before "and N more"
 
 
 async def archive_files(
-    uploads: UploadStore | None, program: Program
+    uploads: UploadService | None, program: Program
 ) -> tuple[tuple[StagedFile, ...], tuple[str, ...]]:
     """What to stage for a program: its archive's files (unpacked now, once the run holds a
     slot) that `files` does not replace, then `files`; and notes for the record."""
@@ -52,7 +52,7 @@ async def archive_files(
     return staged, notes
 
 
-async def check_archive(uploads: UploadStore | None, upload_id: str | None, user: str) -> None:
+async def check_archive(uploads: UploadService | None, upload_id: str | None, user: str) -> None:
     """Before a run is admitted: its archive exists and is the caller's (nothing unpacked)."""
     if upload_id is None:
         return
