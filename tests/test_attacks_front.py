@@ -268,6 +268,57 @@ def test_no_route_reads_a_body_before_the_request_is_admitted(tokens: Path) -> N
         assert b'"error"' in received, (method, path, received[:300])
 
 
+def test_a_background_runs_request_stays_counted_until_the_run_ends(
+    tmp_path: Path, tokens: Path
+) -> None:
+    """A background run's files are held by the gateway until the run ends, also after its
+    202: they stay in the user's share of the bodies budget. One user's background runs of
+    30 MiB of files each are admitted while they fit in the 96 MiB share, the next is 503
+    `capacity` at its headers, another user is still admitted, and once the user's runs end
+    the room is theirs again. Before, the room was given back with the 202, and only
+    `max_runs_per_user` (8 runs of up to 32 MiB) bounded what one user had the gateway hold."""
+    files = [{"path": f"part{i}.txt", "content": "x" * (10 * MiB - 64)} for i in range(3)]
+    body = json.dumps(
+        {"code": "import time\ntime.sleep(3600)", "background": True, "files": files}
+    ).encode()
+    head = (
+        b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + MALLORY.encode() + b"\r\nExpect: 100-continue\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+    )
+
+    def post() -> tuple[int, bytes]:
+        """Headers first; the body only after the gateway's 100 Continue."""
+        with connect(port) as sock:
+            sock.sendall(head)
+            status, data = interim_or_final(sock)
+            if status != 100:
+                return status, data
+            sock.sendall(body)
+            status, data = interim_or_final(sock)
+            while b"}" not in data:  # the small JSON answer of a 202
+                data += sock.recv(65536)
+            return status, data
+
+    with gateway(tmp_path, tokens) as server:
+        port = server.port
+        mallory = Client(port, MALLORY)
+        admitted = [post() for _ in range(3)]
+        assert [status for status, _ in admitted] == [202, 202, 202], admitted
+        ids = [json.loads(data[data.index(b"{") :])["id"] for _, data in admitted]
+        status, refused = post()  # 120 MiB held for her: over her share
+        assert status == 503, refused[:300]
+        assert b'"capacity"' in refused and b"Retry-After:" in refused, refused[:300]
+        bob = Client(port, BOB).run(code="print('bob')")
+        assert bob["stdout"] == "bob\n"
+        for run_id in ids:
+            assert mallory.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+        status, again = post()  # her runs ended: the room is hers again
+        assert status == 202, again[:300]
+        run_id = json.loads(again[again.index(b"{") :])["id"]
+        assert mallory.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+
+
 def test_one_users_bodies_in_flight_are_bounded(tmp_path: Path, tokens: Path) -> None:
     """Row 2, with a token: 12 connections each POSTing a 40 MiB body and stalling before its
     end. Each used to be buffered whole (480 MiB); now the user's bodies in flight stop at

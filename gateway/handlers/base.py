@@ -313,6 +313,13 @@ class BaseHandler(GatewayHandler):
         if self._body_hold is not None:
             self._body_hold.release()
 
+    def hand_over_body(self) -> Hold | None:
+        """The body's room in the bodies budget, now the caller's to release: a run keeps
+        it until it ends, since the gateway holds what the body asked to run (its files,
+        its code) that long, also after a background run's 202."""
+        hold, self._body_hold = self._body_hold, None
+        return hold
+
     def on_finish(self) -> None:
         self._body = b""
         self._release_body()

@@ -46,6 +46,12 @@ class MessageRoom:
             self._hold.release()
             self._hold = None
 
+    def hand_over(self) -> Hold | None:
+        """The message's room, now the caller's to release (a run keeps it until it ends:
+        the gateway holds what the message asked to run that long)."""
+        hold, self._hold = self._hold, None
+        return hold
+
 
 class MeteredProtocol(WebSocketProtocol13):
     """tornado's RFC 6455 protocol, each read of incoming bytes first taken from `room`."""

@@ -16,6 +16,6 @@ class NotebookRunHandler(BaseHandler):
         # nbformat's validator is CPU work that grows with the notebook: not on the loop
         request = await offload(parse_notebook_request, data, self.settings_, self.user)
         del data
-        record = await self.services.runs.run_notebook(request)
+        record = await self.services.runs.run_notebook(request, self.hand_over_body())
         notebook = await offload(record_to_notebook, record)
         await self.send_json(NotebookRunAnswer(notebook=notebook, run=record.to_json()))

@@ -22,11 +22,11 @@ class RunsHandler(BaseHandler):
         )
         runs = self.services.runs
         if request.background:
-            active = await runs.submit(request)
+            active = await runs.submit(request, self.hand_over_body())
             self.set_header("Location", f"/v1/runs/{active.record.id}")
             await self.send_json(RunAccepted(id=active.record.id, status=active.record.status), 202)
             return
-        record = await runs.run(request)
+        record = await runs.run(request, self.hand_over_body())
         await self.send_json(record.to_json())
 
 

@@ -296,7 +296,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         size = self.room.held if self.room is not None else 0
         request = await offload_if(size, _run_message, data, self.settings_, self.user)
         run = _Run(ref=ref)
-        active = await self.services.runs.submit(request)
+        held = self.room.hand_over() if self.room is not None else None
+        active = await self.services.runs.submit(request, held)
         active.events.subscribe(functools.partial(self._on_event, run))
         # No await between submit and here: the run's task has not started yet, so the
         # `accepted` event is queued before any output of it.

@@ -15,7 +15,7 @@ class CodeRunToolHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
         call = await offload_if(self.body_size, parse_code_run, data, self.settings_, self.user)
-        record = await self.services.runs.run(call.request)
+        record = await self.services.runs.run(call.request, self.hand_over_body())
         await self.send_json(code_run_answer(call, record))
 
 
@@ -31,7 +31,7 @@ class RunPythonToolHandler(BaseHandler):
             archives=self.services.uploads is not None,
         )
         request = call.request
-        record = await self.services.runs.run(request)
+        record = await self.services.runs.run(request, self.hand_over_body())
         await self.send_json(run_python_answer(call, record))
 
 
@@ -41,9 +41,9 @@ class CodeExecToolHandler(BaseHandler):
         call = await offload_if(self.body_size, parse_code_exec, data, self.settings_, self.user)
         runs = self.services.runs
         if call.request.background:
-            active = await runs.submit(call.request)
+            active = await runs.submit(call.request, self.hand_over_body())
             self.set_header("Location", f"/v1/runs/{active.record.id}")
             await self.send_json(CodeExecStarted(task_id=active.record.id), 202)
             return
-        record = await runs.run(call.request)
+        record = await runs.run(call.request, self.hand_over_body())
         await self.send_json(code_exec_answer(call, record))

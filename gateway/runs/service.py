@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Awaitable
 
+from gateway.budget import Hold
 from gateway.errors import CapacityExceeded, GatewayError, NotFound, StoreUnavailable
 from gateway.execution.events import RunEvents
 from gateway.execution.executor import Execution
@@ -54,6 +55,9 @@ class ActiveRun:
     # what the run does as it happens: front ends subscribe right after `submit`, before
     # the run's task starts (no await between the two)
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
+    # the request's room in the bodies budget (its files and code are held until the run
+    # ends, also after a background run's 202): released once the record is final
+    held: Hold | None = None
 
 
 class RunService:
@@ -145,54 +149,64 @@ class RunService:
                 retry_after=self._retry,
             )
 
-    async def submit(self, request: RunRequest) -> ActiveRun:
+    async def submit(self, request: RunRequest, held: Hold | None = None) -> ActiveRun:
         """Admit a run and start it as a task; the returned record is `queued`. Every
         policy that needs more than the body is applied here, whatever front end asked: the
         archive it names must be the caller's and still kept (404 otherwise); the rest was
-        applied when the body became a `RunRequest` (`gateway.runs.requests`)."""
+        applied when the body became a `RunRequest` (`gateway.runs.requests`). `held` is
+        the request's room in the bodies budget, released once the run's record is final
+        (or at once, if the run is not admitted)."""
         await check_archive(self.uploads, request.archive, request.user)
         record = RunRecord(
             id=new_run_id(), language=request.language, user=request.user, code=request.source
         )
-        return await self._start(record, from_run(request))
+        return await self._start(record, from_run(request), held)
 
-    async def submit_notebook(self, request: NotebookRequest) -> ActiveRun:
+    async def submit_notebook(
+        self, request: NotebookRequest, held: Hold | None = None
+    ) -> ActiveRun:
         """Admit a notebook replay and start it as a task; the returned record is `queued`."""
         record = RunRecord(
             id=new_run_id(), language=request.language, user=request.user, code=request.code
         )
         store_notebook(record, request.notebook)
-        return await self._start(record, from_notebook(request))
+        return await self._start(record, from_notebook(request), held)
 
-    async def _start(self, record: RunRecord, program: Program) -> ActiveRun:
-        self._admit()
-        active = ActiveRun(record=record)
-        self.active[record.id] = active  # holds its place in this gateway's capacity
+    async def _start(self, record: RunRecord, program: Program, held: Hold | None) -> ActiveRun:
+        admitted = False
         try:
-            mine = await self.store.admit(record, self.settings.max_runs_per_user)
-        except BaseException:
-            del self.active[record.id]
-            raise
-        active.stored = mine is None
-        self._publish_leases()
-        if mine is not None:
-            del self.active[record.id]
-            raise CapacityExceeded(
-                f"You already have {mine} runs in progress; the limit is "
-                f"{self.settings.max_runs_per_user}.",
-                retry_after=self._retry,
-            )
-        active.task = asyncio.create_task(self._run(active, program))
-        return active
+            self._admit()
+            active = ActiveRun(record=record, held=held)
+            self.active[record.id] = active  # holds its place in this gateway's capacity
+            try:
+                mine = await self.store.admit(record, self.settings.max_runs_per_user)
+            except BaseException:
+                del self.active[record.id]
+                raise
+            active.stored = mine is None
+            self._publish_leases()
+            if mine is not None:
+                del self.active[record.id]
+                raise CapacityExceeded(
+                    f"You already have {mine} runs in progress; the limit is "
+                    f"{self.settings.max_runs_per_user}.",
+                    retry_after=self._retry,
+                )
+            active.task = asyncio.create_task(self._run(active, program))
+            admitted = True
+            return active
+        finally:
+            if not admitted and held is not None:
+                held.release()
 
-    async def run(self, request: RunRequest) -> RunRecord:
+    async def run(self, request: RunRequest, held: Hold | None = None) -> RunRecord:
         """Run and wait for the final record. Raises the GatewayError that stopped it before
         any code ran (no kernel could start, files could not be staged)."""
-        return await self._wait(await self.submit(request))
+        return await self._wait(await self.submit(request, held))
 
-    async def run_notebook(self, request: NotebookRequest) -> RunRecord:
+    async def run_notebook(self, request: NotebookRequest, held: Hold | None = None) -> RunRecord:
         """Replay and wait for the final record (raises SandboxError if no kernel started)."""
-        return await self._wait(await self.submit_notebook(request))
+        return await self._wait(await self.submit_notebook(request, held))
 
     async def _wait(self, active: ActiveRun) -> RunRecord:
         assert active.task is not None
@@ -247,6 +261,8 @@ class RunService:
             finally:
                 self.active.pop(record.id, None)
                 self._publish_leases()
+                if active.held is not None:
+                    active.held.release()
         return record
 
     async def _keep(self, record: RunRecord) -> None:
