@@ -271,7 +271,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
                 await self._cancel(data)
             else:
                 raise InvalidRequest(
-                    f"Unknown message type {kind!r}; send `run` or `cancel`.", field="type"
+                    f"Unknown message type {kind!r}; send `run`, `notebook` or `cancel`.", field="type"
                 )
         except GatewayError as exc:
             self._emit(_error_event(exc, ref if _valid_ref(ref) else None, run_id))
