@@ -65,7 +65,7 @@ def summary_json(fields: dict[str, Any]) -> dict[str, Any]:
         "id": fields["id"],
         "status": fields["status"],
         "language": fields["language"],
-        "kind": "run" if fields.get("notebook") is None else "notebook",
+        "kind": "notebook" if fields.get("kind") == "notebook" else "run",
         "created_at": fields["created_at"],
         "started_at": fields.get("started_at"),
         "finished_at": fields.get("finished_at"),
