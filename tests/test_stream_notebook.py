@@ -162,9 +162,7 @@ def test_a_notebook_the_post_refuses_is_an_error_event_and_the_connection_goes_o
     async def main() -> None:
         async with connect(local_gateway.port) as stream:
             for number, (fields, code, field) in enumerate(cases):
-                post = await asyncio.to_thread(
-                    client.request, "POST", "/v1/notebooks/run", fields
-                )
+                post = await asyncio.to_thread(client.request, "POST", "/v1/notebooks/run", fields)
                 assert post.status >= 400 and post.json()["error"]["code"] == code, fields
                 stream.send({"type": "notebook", "ref": number, **fields})
                 event = await stream.until(lambda e: e["type"] == "error")
