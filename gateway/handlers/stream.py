@@ -42,6 +42,7 @@ from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.models.answers import ErrorBody
 from gateway.models.base import sent
 from gateway.models.ipynb import record_to_notebook
+from gateway.models.notebook import NotebookMessage
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.models.stream import (
@@ -52,7 +53,6 @@ from gateway.models.stream import (
     DoneEvent,
     ErrorEvent,
     Event,
-    NotebookMessage,
     OutputDroppedEvent,
     OutputEvent,
     RunMessage,

@@ -8,12 +8,13 @@ from pydantic import Field, WithJsonSchema
 
 from gateway.models.answers import ErrorBody
 from gateway.models.base import Answer, Body, component
-from gateway.models.notebook import NotebookBody
 from gateway.models.run import RunBody
 
 MAX_REF_CHARS = 256
 Ref = Annotated[str, Field(max_length=MAX_REF_CHARS)] | int
 REF = f"the client's name for a run (at most {MAX_REF_CHARS} characters, or an integer)"
+# client -> gateway `notebook` (a replay): `gateway.models.notebook.NotebookMessage`, beside
+# the body it extends (the client side imports these events, not nbformat)
 
 
 class RunMessage(RunBody):
@@ -22,15 +23,6 @@ class RunMessage(RunBody):
     a run of this connection still in progress. `background` has no effect here."""
 
     type: Literal["run"]
-    ref: Ref | None = Field(None, description=REF)
-
-
-class NotebookMessage(NotebookBody):
-    """client -> gateway: replay a notebook, its cells' events sent live. The fields of
-    POST /v1/notebooks/run (`notebook` is required; validated, capped and clamped the same
-    way) plus `type` and `ref`, which is echoed in every message about the replay."""
-
-    type: Literal["notebook"]
     ref: Ref | None = Field(None, description=REF)
 
 

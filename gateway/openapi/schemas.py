@@ -26,7 +26,7 @@ BODIES: tuple[tuple[type[BaseModel], str], ...] = (
     (notebook.NotebookBody, "NotebookRunRequest"),
     (stream.RunMessage, "StreamRunMessage"),
     (stream.CancelMessage, "StreamCancelMessage"),
-    (stream.NotebookMessage, "StreamNotebookMessage"),
+    (notebook.NotebookMessage, "StreamNotebookMessage"),
     (tools.CodeRunBody, "CodeRunRequest"),
     (tools.RunPythonBody, "RunPythonRequest"),
     (tools.CodeExecBody, "CodeExecRequest"),
