@@ -15,6 +15,7 @@ import pytest
 
 from tests.api import write_tokens
 from tests.conftest import start_gateway
+from tests.openapi_support import assert_error_answer, assert_valid
 from tests.support import Client, GatewayThread
 
 pytestmark = pytest.mark.attack
@@ -66,6 +67,7 @@ def every_page(client: Client, **query: Any) -> list[list[dict[str, Any]]]:
     while True:
         status, page = listing(client, **query, **({"cursor": cursor} if cursor else {}))
         assert status == 200, page
+        assert_valid("RunList", page)
         pages.append(page["runs"])
         cursor = page["next"]
         if cursor is None:
@@ -194,6 +196,7 @@ def test_query_values_that_are_not_the_apis_are_400(
 ) -> None:
     status, answer = listing(server.client(ROOT), **query)
     assert status == 400, answer
+    assert_error_answer(status, answer, "/v1/runs", "get")
     assert answer["error"]["code"] == "invalid_request" and answer["error"]["field"] == field
 
 

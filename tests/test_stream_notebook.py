@@ -15,6 +15,7 @@ import nbformat
 import pytest
 
 from tests.conftest import start_gateway
+from tests.openapi_support import assert_valid
 from tests.stream_client import Stream, connect
 from tests.support import GatewayThread
 
@@ -31,6 +32,15 @@ def notebook(*cells: tuple[str, str]) -> dict[str, Any]:
             for i, (kind, source) in enumerate(cells)
         ],
     }
+
+
+SCHEMAS = {  # the document's schema of each event (generated from gateway.models.stream)
+    "accepted": "StreamAcceptedMessage",
+    "cell_started": "StreamCellStartedMessage",
+    "output": "StreamOutputMessage",
+    "cell_finished": "StreamCellFinishedMessage",
+    "done": "StreamDoneMessage",
+}
 
 
 def of(stream: Stream, ref: Any) -> list[dict[str, Any]]:
@@ -54,6 +64,9 @@ def test_cells_stream_in_order_and_done_has_the_executed_notebook(
             events = of(stream, "nb")
         run_id = events[0]["id"]
         assert all(e["id"] == run_id for e in events)
+        assert_valid("StreamNotebookMessage", {"type": "notebook", "ref": "nb", "notebook": nb})
+        for event in events:
+            assert_valid(SCHEMAS[event["type"]], {k: v for k, v in event.items() if k != "_t"})
         shapes = [
             (e["type"], e.get("index"), e.get("output", {}).get("output_type")) for e in events
         ]
