@@ -92,7 +92,9 @@ def test_a_position_the_store_did_not_write_is_refused(make: Make) -> None:
         created, run_id = listed.after
         # the store's own position works, also after the last run
         assert await store.list_runs(RunQuery("ann", 10, after=(created, run_id))) == []
-        for forged in ("yesterday", "", "1e999", "nan", created + "\x00", created + "0 "):
+        forgeries = ["yesterday", "", "1e999", "nan", created + "\x00", created + "0 "]
+        forgeries += ["2026-01-01T00:00:00+23:59", "2026-01-01T00:00:00", "9" * 400]
+        for forged in forgeries:
             with pytest.raises(InvalidPosition):
                 await store.list_runs(RunQuery("ann", 10, after=(forged, run_id)))
         # an owner's name is a value, never SQL

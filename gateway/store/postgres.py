@@ -289,7 +289,7 @@ class PostgresStore(RecordStore):
         listed = []
         for made, run_id, kept, payload in rows:
             data = json.loads(kept) if kept is not None else await summary_of_stored(payload)
-            listed.append(Listed(data, (made.isoformat(), str(run_id))))
+            listed.append(Listed(data, (made.astimezone(dt.UTC).isoformat(), str(run_id))))
         return listed
 
     async def expire(self, ttl: float) -> int:
@@ -460,11 +460,12 @@ async def _fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
 
 
 def _position(text: str) -> dt.datetime:
-    """A creation time as `list_runs` wrote it (ISO 8601 with its offset)."""
+    """A creation time as `list_runs` wrote it (ISO 8601, UTC: any other offset could be
+    one PostgreSQL refuses, which would be its error, not the caller's)."""
     try:
         value = dt.datetime.fromisoformat(text)
     except ValueError:
         raise InvalidPosition(text) from None
-    if value.tzinfo is None or value.isoformat() != text:
+    if value.utcoffset() != dt.timedelta(0) or value.isoformat() != text:
         raise InvalidPosition(text)
     return value
