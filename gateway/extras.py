@@ -14,6 +14,8 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "mcp": (("mcp",), "`gateway mcp`"),
     "postgres": (("psycopg", "psycopg_pool"), "the PostgreSQL store (`--store postgresql://`)"),
+    # optional even where it is used: without it `gateway run` shows plain lines
+    "client": (("tqdm",), "`gateway run`'s progress line on a terminal"),
 }
 
 

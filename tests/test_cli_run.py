@@ -111,11 +111,25 @@ def test_language_flag_runs_any_file_as_bash(server: GatewayThread, tmp_path: Pa
 # --- notebooks -----------------------------------------------------------------------------
 
 
+def split_progress(stdout: str) -> tuple[list[str], list[str]]:
+    """A replay's plain progress lines (`[k/n] cell i · t s`), then the report's lines."""
+    lines = stdout.splitlines()
+    count = next((i for i, line in enumerate(lines) if not line.startswith("[")), len(lines))
+    return lines[:count], lines[count:]
+
+
 def test_notebook_is_replayed_and_written_next_to_it(server: GatewayThread, tmp_path: Path) -> None:
     shutil.copy(REPO / "notebooks" / "error.ipynb", tmp_path / "error.ipynb")
     done = gateway_run(tmp_path, "error.ipynb", url=url_of(server))
     assert done.returncode == 1, done.stderr
-    lines = done.stdout.splitlines()
+    progress, lines = split_progress(done.stdout)
+    assert [line.split(" · ")[0] for line in progress] == [
+        "[1/4] cell 2",
+        "[2/4] cell 3",
+        "[3/4] cell 4",
+    ]
+    assert progress[-1].endswith(" s · error")  # the failing cell says so
+    assert "ZeroDivisionError" in done.stderr  # its traceback, as soon as it came
     assert lines[0].startswith("error.ipynb: failed in ")
     assert "3 of 4 code cells run" in lines[0]
     assert "first error in cell 4 (In [3]): ZeroDivisionError: division by zero" in lines
@@ -144,8 +158,10 @@ def test_a_succeeding_notebook_exits_0(server: GatewayThread, tmp_path: Path) ->
     shutil.copy(REPO / "notebooks" / "pandas_table.ipynb", tmp_path / "table.ipynb")
     done = gateway_run(tmp_path, "table.ipynb", url=url_of(server))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("table.ipynb: succeeded in ")
-    assert "3 of 3 code cells run" in done.stdout
+    progress, lines = split_progress(done.stdout)
+    assert len(progress) == 3 and progress[-1].startswith("[3/3] cell 4 · ")
+    assert lines[0].startswith("table.ipynb: succeeded in ")
+    assert "3 of 3 code cells run" in lines[0]
 
 
 # --- errors --------------------------------------------------------------------------------

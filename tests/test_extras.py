@@ -22,7 +22,7 @@ from tests.support import REPO, GatewayThread
 
 TOKEN = "extras-test-token-0123456789"
 KERNEL_SIDE = ("ipykernel", "matplotlib", "matplotlib_inline", "numpy", "pandas", "deno")
-BLOCKED = ("docker", "mcp", "psycopg", "psycopg_pool", *KERNEL_SIDE)
+BLOCKED = ("docker", "mcp", "psycopg", "psycopg_pool", "tqdm", *KERNEL_SIDE)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,15 @@ def test_the_client_needs_no_extra(server: GatewayThread, tmp_path: Path) -> Non
     done = bare_gateway(tmp_path, "run", "hello.py", "--url", f"http://127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "hi\n" and done.stderr.startswith("err\n")
+    # a notebook's progress without the client extra (tqdm): plain lines
+    cell = {"cell_type": "code", "metadata": {}, "source": "print(1)", "outputs": []}
+    notebook = {"nbformat": 4, "nbformat_minor": 4, "metadata": {}, "cells": [cell]}
+    (tmp_path / "one.ipynb").write_text(
+        json.dumps({**notebook, "cells": [cell | {"execution_count": None}]})
+    )
+    done = bare_gateway(tmp_path, "run", "one.ipynb", "--url", f"http://127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("[1/1] cell 1 · "), done.stdout
 
 
 @pytest.mark.parametrize(
@@ -114,7 +123,17 @@ def test_the_core_install_brings_no_backend_packages(tmp_path: Path) -> None:
         return {item["metadata"]["name"].lower().replace("_", "-") for item in installs}
 
     core = resolved(str(REPO))
-    heavy = {"docker", "mcp", "ipykernel", "numpy", "pandas", "matplotlib", "deno", "psycopg"}
+    heavy = {
+        "docker",
+        "mcp",
+        "ipykernel",
+        "numpy",
+        "pandas",
+        "matplotlib",
+        "deno",
+        "psycopg",
+        "tqdm",
+    }
     assert not core & heavy, core & heavy
     assert {"tornado", "pydantic", "jupyter-client", "nbformat"} <= core
     assert heavy <= resolved(f"{REPO}[all]")

@@ -81,7 +81,7 @@ def test_stdio_lists_the_tool_and_runs_code_with_charts_and_failures() -> None:
     async def scenario() -> None:
         async with stdio_session() as session:
             tools = (await session.list_tools()).tools
-            assert [t.name for t in tools] == ["run_code"]
+            assert [t.name for t in tools] == ["run_code", "list_runs"]
             schema = tools[0].input_schema
             assert schema["required"] == ["code"]
             assert set(schema["properties"]) == {
@@ -171,6 +171,21 @@ def test_stdio_against_a_running_gateway() -> None:
         async with stdio_session("--url", url) as session:
             result = await session.call_tool("run_code", {"code": "result = 6 * 7"})
             assert "--- result ---\n42" in texts(result)
+            failed = await session.call_tool("run_code", {"code": "# second\n1/0"})
+            assert "status: failed" in texts(failed)
+            listed = texts(await session.call_tool("list_runs", {"limit": 1}))
+            first, more = listed.splitlines()
+            assert "failed, exit code 1  python run" in first and "'# second'" in first
+            assert more.startswith("next cursor: ")
+            older = await session.call_tool(
+                "list_runs", {"limit": 1, "cursor": more.removeprefix("next cursor: ")}
+            )
+            assert "succeeded, exit code 0" in texts(older) and "'result = 6 * 7'" in texts(older)
+            assert "next cursor" not in texts(older)
+            succeeded = texts(await session.call_tool("list_runs", {"status": "succeeded"}))
+            assert len(succeeded.splitlines()) == 1 and "result = 6 * 7" in succeeded
+            refused = await session.call_tool("list_runs", {"cursor": "forged"})
+            assert refused.is_error and "invalid_request" in texts(refused)
 
     try:
         anyio.run(scenario)
@@ -217,7 +232,8 @@ def test_streamable_http_runs_code_and_stops_cleanly_on_sigterm(
             ClientSession(read, write) as session,
         ):
             await session.initialize()
-            assert [t.name for t in (await session.list_tools()).tools] == ["run_code"]
+            tools = [t.name for t in (await session.list_tools()).tools]
+            assert tools == ["run_code", "list_runs"]
             result = await session.call_tool("run_code", {"code": CHART})
             assert "status: succeeded" in texts(result)
             assert len(images(result)) == 1

@@ -1,10 +1,12 @@
-"""`gateway mcp`: an MCP server with one tool, `run_code`, over stdio or streamable HTTP.
+"""`gateway mcp`: an MCP server with two tools, `run_code` and `list_runs`, over stdio or
+streamable HTTP.
 
 The tool runs code through `gateway.client.AsyncGatewayClient` on a gateway: a running one
 (`--url URL [--token T]`), or one started in this process for the life of the MCP server
 (`gateway.server.private_gateway`, which the `gateway mcp` command hands in as
 `start_gateway`: this package imports nothing of the server). It answers a text with the
-output, status and returned files, plus one image per PNG/JPEG chart.
+output, status and returned files, plus one image per PNG/JPEG chart. `list_runs` answers
+the caller's recent runs, a line each, newest first (`GET /v1/runs`).
 
 The MCP SDK is imported only when the server starts: it costs the `gateway serve`
 process nothing (the module has no `from __future__ import annotations`, so that the SDK
@@ -33,7 +35,8 @@ from gateway.client import (
     run_charts,
     run_error,
 )
-from gateway.models.common import FINAL_STATUSES, Language
+from gateway.models.common import FINAL_STATUSES, Language, Status
+from gateway.models.listing import RunList
 from gateway.models.record import Chart, ReturnedFileContent, ReturnedFileError, RunRecord
 from gateway.terminal import strip_colors
 from gateway.version import __version__
@@ -49,6 +52,7 @@ __all__ = [
     "build_server",
     "distinct_charts",
     "format_record",
+    "format_runs",
     "main",
     "serve",
 ]
@@ -73,6 +77,12 @@ Python has numpy, pandas and matplotlib; a chart shown with plt.show() (or saved
 savefig) comes back as an image. Put input files in `files`; name files to read back in
 `return_files`. There is normally no network. A failing program is still an answer: the
 text says `failed` and shows the traceback."""
+
+
+LIST_DESCRIPTION = """\
+List your recent runs on the gateway, newest first: id, status, exit code, language,
+when, and the first line of code. Filter by status (e.g. failed) or language; pass the
+`next cursor` of an answer to see older runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +135,29 @@ def build_server(client: AsyncGatewayClient) -> "MCPServer[Any]":
             return CallToolResult(content=[TextContent(text=refusal_text(exc))], is_error=True)
         return CallToolResult(content=content)
 
+    async def list_runs(
+        limit: Annotated[
+            int, Field(ge=1, le=100, description="how many runs to list (1 to 100)")
+        ] = 10,
+        status: Annotated[
+            Status | None,
+            Field(description="only runs of this status, e.g. failed or succeeded"),
+        ] = None,
+        language: Annotated[Language | None, Field(description="only runs of this language")] = (
+            None
+        ),
+        cursor: Annotated[
+            str | None, Field(description="the `next cursor` of a previous answer, for more")
+        ] = None,
+    ) -> CallToolResult:
+        try:
+            page = await client.list_runs(
+                limit=limit, status=status, language=language, cursor=cursor
+            )
+        except GatewayError as exc:
+            return CallToolResult(content=[TextContent(text=refusal_text(exc))], is_error=True)
+        return CallToolResult(content=[TextContent(text=format_runs(page))])
+
     server: MCPServer[Any] = MCPServer(
         "kernel-gateway",
         version=__version__,
@@ -146,7 +179,37 @@ def build_server(client: AsyncGatewayClient) -> "MCPServer[Any]":
         ),
         structured_output=False,
     )
+    server.add_tool(
+        list_runs,
+        name="list_runs",
+        title="List recent runs",
+        description=LIST_DESCRIPTION,
+        annotations=ToolAnnotations(
+            read_only_hint=True,
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+        structured_output=False,
+    )
     return server
+
+
+def format_runs(page: RunList) -> str:
+    """A page of runs, a line each, newest first; the cursor for more when there is more."""
+    if not page.runs:
+        return "No runs."
+    lines = []
+    for run in page.runs:
+        exit_code = "" if run.exit_code is None else f", exit code {run.exit_code}"
+        line = strip_colors(run.first_line)
+        lines.append(
+            f"{run.id}  {run.status}{exit_code}  {run.language} {run.kind}  "
+            f"{run.created_at}  {line!r}"
+        )
+    if page.next is not None:
+        lines.append(f"next cursor: {page.next}")
+    return "\n".join(lines)
 
 
 async def run_on_gateway(client: AsyncGatewayClient, code: str, options: RunOptions) -> RunRecord:

@@ -1,46 +1,62 @@
-"""`gateway run FILE`: run a notebook or a script on a running gateway, from a shell.
+"""`gateway run FILE`: run a notebook or a script on a running gateway, from a shell, and
+watch it as it runs (over the WebSocket, through the async client's stream).
 
-A `.ipynb` is replayed (`POST /v1/notebooks/run`): the executed notebook is written next to
-it as `<stem>.executed.ipynb` (or to `--out`) and a short report is printed. A `.py` or
-`.sh` file is run (`POST /v1/runs`): its stdout and stderr go to ours, and every chart is
-saved as `<stem>-chart-N.png|jpg|svg` in the current folder. The exit status is the run's
-exit code; 1 when the run ended without one (timeout, limit, cancel) or the gateway could
-not be reached or failed; 2 for a usage error (a bad flag or file, a request the gateway
-refused as invalid).
+A `.ipynb` is replayed cell by cell: a progress line per cell (`[12/40] cell 12 · 0.8 s`,
+redrawn in place on a terminal; plain lines otherwise), the first error's traceback as
+soon as it happens, then the executed notebook is written next to it as
+`<stem>.executed.ipynb` (or to `--out`) and a short report is printed. A `.py`, `.sh`,
+`.js` or `.ts` file is run: its stdout and stderr go to ours as they come, and every chart
+is saved as `<stem>-chart-N.png|jpg|svg` in the current folder. `--files PATH ...` stages
+files and folders (relative paths kept: `--files data/`), `--return GLOB ...` saves the
+files the run wrote that match, next to the executed notebook (or the script). The exit
+status is the run's exit code; 1 when the run ended without one (timeout, limit, cancel)
+or the gateway could not be reached or failed; 2 for a usage error (a bad flag or file, a
+request the gateway refused as invalid); 130 when interrupted (the run is cancelled).
 
 What the run printed is shown without terminal escape sequences and control characters
 (`gateway.terminal.terminal_safe`): a run must not be able to drive the terminal of whoever
 looks at its output. `--raw` shows it as it came.
-
-The gateway is called through the typed client of this package (`GatewayClient`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from gateway.client import (
-    GatewayClient,
+    AsyncGatewayClient,
     GatewayError,
     NotebookOptions,
+    PayloadTooLarge,
     RateLimited,
     RunOptions,
+    RunStream,
     UnexpectedAnswer,
     Unreachable,
+    returned_files,
     run_charts,
     run_error,
 )
+from gateway.client.progress import CellProgress, cell_progress
+from gateway.client.staging import Staged, StagingError, file_specs, save_returned, stage
 from gateway.models.common import Language
 from gateway.models.record import Chart, RunError, RunRecord
+from gateway.models.stream import (
+    CellFinishedEvent,
+    CellStartedEvent,
+    OutputDroppedEvent,
+    OutputEvent,
+)
 from gateway.terminal import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:8888"
@@ -55,7 +71,9 @@ SCRIPT_LANGUAGES: dict[str, Language] = {
 }
 CHART_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"}
 ANSWER_MARGIN = 120.0  # seconds to wait for an answer beyond the run's own timeout
-USAGE, FAILED = 2, 1
+USAGE, FAILED, INTERRUPTED = 2, 1, 130
+# a note of a `done` event cut to the gateway's `max_event_bytes`: the whole is fetched
+CUT_EVENT = "This `done` event was over its limit"
 
 
 class CommandError(Exception):
@@ -92,6 +110,25 @@ def add_parser(commands: Any) -> None:
         choices=sorted(set(SCRIPT_LANGUAGES.values())),
         help="language of a script (default: from its suffix)",
     )
+    run.add_argument(
+        "--files",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="PATH",
+        help="files or folders to stage in the run's folder (relative paths kept: "
+        "`--files data/` gives the run data/...)",
+    )
+    run.add_argument(
+        "--return",
+        dest="return_files",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="GLOB",
+        help="files the run wrote to save next to the executed notebook (or the script), "
+        "e.g. `--return out.csv 'figures/*.png'`",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -103,24 +140,27 @@ def main(args: argparse.Namespace) -> int:
     except CommandError as exc:
         print(f"gateway run: {exc}", file=sys.stderr)
         return exc.status
+    except KeyboardInterrupt:  # leaving the stream closed it: the gateway cancels the run
+        print("gateway run: interrupted; the run was cancelled", file=sys.stderr)
+        return INTERRUPTED
 
 
 # --- the gateway ----------------------------------------------------------------------------
 
 
-def gateway_client(args: argparse.Namespace) -> GatewayClient:
+def gateway_client(args: argparse.Namespace) -> AsyncGatewayClient:
     """The client for `--url` and `--token` (or $GATEWAY_TOKEN), waiting for an answer as
     long as the run may take and then some."""
     token = args.token or os.environ.get("GATEWAY_TOKEN") or None
     wait = (args.timeout or 300.0) + ANSWER_MARGIN
     try:
-        return GatewayClient(args.url, token=token, timeout=wait)
+        return AsyncGatewayClient(args.url, token=token, timeout=wait)
     except ValueError as exc:
         message = f"--url must be an http:// or https:// address, not {args.url!r}"
         raise CommandError(message, USAGE) from exc
 
 
-def refusal(exc: GatewayError) -> CommandError:
+def refusal(exc: GatewayError, staged: Sequence[Staged] = ()) -> CommandError:
     """The command's error for the client's: a request the gateway refused as the caller's
     fault (4xx but 429) is a usage error, the rest (no answer, busy, broken) a failure."""
     if isinstance(exc, Unreachable):
@@ -128,7 +168,39 @@ def refusal(exc: GatewayError) -> CommandError:
     if isinstance(exc, UnexpectedAnswer):
         return CommandError(exc.message, FAILED)
     status = USAGE if 400 <= exc.status < 500 and not isinstance(exc, RateLimited) else FAILED
-    return CommandError(f"the gateway refused the request ({exc.code}: {exc.message})", status)
+    message = f"the gateway refused the request ({exc.code}: {exc.message})"
+    if staged and (isinstance(exc, PayloadTooLarge) or (exc.field or "").startswith("files")):
+        sent = ", ".join(item.describe() for item in staged)
+        message += f"; --files sent {sent}: stage fewer or smaller files"
+    return CommandError(message, status)
+
+
+def staged_files(args: argparse.Namespace) -> list[Staged]:
+    try:
+        return stage(list(args.files))
+    except StagingError as exc:
+        raise CommandError(str(exc), USAGE) from exc
+
+
+def with_files(options: Any, args: argparse.Namespace, staged: list[Staged]) -> None:
+    """Add `--files` (read now) and `--return` to a run's or a replay's options."""
+    if staged:
+        try:
+            options["files"] = file_specs(staged)
+        except StagingError as exc:
+            raise CommandError(str(exc), USAGE) from exc
+    if args.return_files:
+        options["return_files"] = list(args.return_files)
+
+
+def error_text(output: dict[str, Any], where: str) -> str:
+    """An `error` output as the lines a terminal shows."""
+    traceback = output.get("traceback") or []
+    if isinstance(traceback, list) and traceback:
+        body = "\n".join(str(line) for line in traceback)
+    else:
+        body = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
+    return f"error{where}:\n{body}"
 
 
 # --- notebooks ----------------------------------------------------------------------------
@@ -167,27 +239,112 @@ def run_notebook(args: argparse.Namespace) -> int:
         options["timeout"] = args.timeout
     if args.cell_timeout is not None:
         options["cell_timeout"] = args.cell_timeout
-    with gateway_client(args) as client:
-        try:
-            answer = client.run_notebook(notebook, **options)
-        except GatewayError as exc:
-            raise refusal(exc) from exc
+    staged = staged_files(args)
+    with_files(options, args, staged)
+    show = _shower(args)
+    record, executed = asyncio.run(_replay(args, notebook, options, staged, show))
     out: Path = args.out or path.with_name(f"{path.stem}.executed.ipynb")
     try:
-        text = json.dumps(answer.notebook, indent=1, sort_keys=True, ensure_ascii=False)
+        text = json.dumps(executed, indent=1, sort_keys=True, ensure_ascii=False)
         out.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
         raise CommandError(f"cannot write {out}: {exc}", FAILED) from exc
     try:
-        executed = Notebook.model_validate(answer.notebook)
-        error = run_error(answer.run)
+        cells = Notebook.model_validate(executed)
+        error = run_error(record)
+        entries = returned_files(record)
     except (ValidationError, GatewayError) as exc:
         raise CommandError(f"the gateway's answer is not the API's: {exc}", FAILED) from exc
-    show = _shower(args)
-    lines = notebook_report(path, executed, answer.run, error)
+    lines = notebook_report(path, cells, record, error)
     print("\n".join(show(line) for line in lines))
+    _save_returned(entries, out.parent, show)
     print(f"executed notebook: {out}")
-    return exit_status(answer.run)
+    return exit_status(record)
+
+
+async def _replay(
+    args: argparse.Namespace,
+    notebook: dict[str, Any],
+    options: NotebookOptions,
+    staged: list[Staged],
+    show: Show,
+) -> tuple[RunRecord, dict[str, Any]]:
+    """Replay over the WebSocket, showing it as it goes; the whole record and notebook."""
+    async with gateway_client(args) as client:
+        progress = cell_progress(_code_cells(notebook))
+        try:
+            async with client.stream_notebook(notebook, **options) as stream:
+                await _watch_notebook(stream, progress, show)
+            progress.close()
+            return await _replayed(client, stream)
+        except GatewayError as exc:
+            progress.close()
+            raise refusal(exc, staged) from exc
+
+
+async def _watch_notebook(stream: RunStream, progress: CellProgress, show: Show) -> None:
+    """Show the replay's cells as they finish, and its first error at once."""
+    shown_error = False
+    dropped = 0
+    async for event in stream:
+        if isinstance(event, CellStartedEvent):
+            progress.started(event)
+        elif isinstance(event, CellFinishedEvent):
+            progress.finished(event)
+        elif isinstance(event, OutputEvent) and event.output.get("output_type") == "error":
+            if not shown_error:
+                shown_error = True
+                where = "" if event.index is None else f" in cell {event.index + 1}"
+                progress.write(show(error_text(event.output, where)), sys.stderr)
+        elif isinstance(event, OutputDroppedEvent):
+            dropped += event.dropped
+    if dropped:
+        progress.write(
+            f"gateway run: {dropped} live events were skipped (this terminal read too slowly); "
+            "the executed notebook has everything",
+            sys.stderr,
+        )
+
+
+async def _replayed(
+    client: AsyncGatewayClient, stream: RunStream
+) -> tuple[RunRecord, dict[str, Any]]:
+    """The replay's whole record and executed notebook: from `done`, or from the gateway
+    when `done` had to be cut to its limit."""
+    record, executed = stream.record, stream.notebook
+    if record is None:
+        raise CommandError("the stream ended without the run's record", FAILED)
+    if executed is None or any(note.startswith(CUT_EVENT) for note in record.notes):
+        record, executed = await client.get_run(record.id), await client.notebook(record.id)
+    return record, executed
+
+
+def _code_cells(notebook: dict[str, Any]) -> int:
+    """How many cells a replay runs: its code cells not tagged `skip-execution`."""
+    cells = notebook.get("cells")
+    count = 0
+    for cell in cells if isinstance(cells, list) else []:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        tags = (cell.get("metadata") or {}).get("tags") or []
+        if not (isinstance(tags, list) and "skip-execution" in tags):
+            count += 1
+    return count
+
+
+def _save_returned(entries: list[Any], folder: Path, show: Show) -> None:
+    saved, problems = save_returned(entries, folder)
+    for target in saved:
+        print(f"saved {show(_relative(target))}")
+    for problem in problems:
+        print(f"gateway run: {show(problem)}", file=sys.stderr)
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def notebook_report(
@@ -236,26 +393,85 @@ def run_script(args: argparse.Namespace) -> int:
     if args.timeout is not None:
         options["timeout"] = args.timeout
     code = _read(path)
-    with gateway_client(args) as client:
-        try:
-            run = client.run(code, **options)
-            error, charts = run_error(run), run_charts(run)
-        except GatewayError as exc:
-            raise refusal(exc) from exc
+    staged = staged_files(args)
+    with_files(options, args, staged)
     show = _shower(args)
-    sys.stdout.write(show(run.stdout))
-    sys.stdout.flush()
-    sys.stderr.write(show(run.stderr))
-    if error is not None and error.traceback and run.status != "succeeded":
+    run, watched = asyncio.run(_run(args, code, options, staged, show))
+    try:
+        error, charts, entries = run_error(run), run_charts(run), returned_files(run)
+    except GatewayError as exc:
+        raise CommandError(f"the gateway's answer is not the API's: {exc}", FAILED) from exc
+    if watched.dropped:
+        print(
+            f"gateway run: {watched.dropped} live outputs were skipped (this terminal read too "
+            f"slowly); the whole output is at GET /v1/runs/{run.id}",
+            file=sys.stderr,
+        )
+    if error is not None and error.traceback and run.status != "succeeded" and not watched.error:
         sys.stderr.write(show("\n".join(error.traceback)) + "\n")
     for saved in save_charts(charts, path.stem):
         print(f"gateway run: saved a chart to {saved}", file=sys.stderr)
+    saved_files, problems = save_returned(entries, path.parent)
+    for target in saved_files:
+        print(f"gateway run: saved {show(_relative(target))}", file=sys.stderr)
+    for problem in problems:
+        print(f"gateway run: {show(problem)}", file=sys.stderr)
     for note in run.notes:
         print(f"gateway run: note: {show(note)}", file=sys.stderr)
     if run.status not in ("succeeded", "failed"):
         reason = f" ({run.kill_reason})" if run.kill_reason else ""
         print(f"gateway run: the run was {run.status}{reason}", file=sys.stderr)
     return exit_status(run)
+
+
+@dataclasses.dataclass
+class Watched:
+    """What a script's live stream showed: its error (yes or no), outputs skipped."""
+
+    error: bool = False
+    dropped: int = 0
+
+
+async def _run(
+    args: argparse.Namespace, code: str, options: RunOptions, staged: list[Staged], show: Show
+) -> tuple[RunRecord, Watched]:
+    """Run over the WebSocket, its output shown as it comes; the whole record."""
+    async with gateway_client(args) as client:
+        try:
+            async with client.stream_run(code, **options) as stream:
+                watched = await _watch_script(stream, show)
+            run = stream.record
+            if run is None:
+                raise CommandError("the stream ended without the run's record", FAILED)
+            if any(note.startswith(CUT_EVENT) for note in run.notes):
+                run = await client.get_run(run.id)
+        except GatewayError as exc:
+            raise refusal(exc, staged) from exc
+    return run, watched
+
+
+async def _watch_script(stream: RunStream, show: Show) -> Watched:
+    """Write the run's stdout and stderr to ours as they come, and its error's traceback
+    when it comes."""
+    watched = Watched()
+    async for event in stream:
+        if isinstance(event, OutputDroppedEvent):
+            watched.dropped += event.dropped
+        if not isinstance(event, OutputEvent):
+            continue
+        output = event.output
+        kind = output.get("output_type")
+        if kind == "stream":
+            file = sys.stderr if output.get("name") == "stderr" else sys.stdout
+            text = output.get("text", "")
+            file.write(show("".join(text) if isinstance(text, list) else str(text)))
+            file.flush()
+        elif kind == "error" and output.get("traceback"):
+            watched.error = True
+            sys.stdout.flush()
+            sys.stderr.write(show("\n".join(str(line) for line in output["traceback"])) + "\n")
+            sys.stderr.flush()
+    return watched
 
 
 def save_charts(charts: list[Chart], stem: str) -> list[Path]:
@@ -277,7 +493,10 @@ def save_charts(charts: list[Chart], stem: str) -> list[Path]:
 # --- shared -------------------------------------------------------------------------------
 
 
-def _shower(args: argparse.Namespace) -> Callable[[str], str]:
+Show = Callable[[str], str]
+
+
+def _shower(args: argparse.Namespace) -> Show:
     """How the run's text is shown: as it came with --raw, else made terminal-safe."""
     if getattr(args, "raw", False):
         return str

@@ -13,7 +13,7 @@ import copy
 import json
 import secrets
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeGuard
+from typing import Annotated, Any, Literal, TypeGuard
 
 import nbformat
 from pydantic import Field, WithJsonSchema
@@ -24,6 +24,7 @@ from gateway.models.base import Body
 from gateway.models.common import LANGUAGES, Language
 from gateway.models.languages import KERNEL_LANGUAGES, notebook_metadata
 from gateway.models.run import Environment, FileBody, ReturnPattern
+from gateway.models.stream import REF, Ref
 
 _REASON_CHARS = 500
 
@@ -223,3 +224,12 @@ def notebook_language(metadata: Mapping[str, Any]) -> Language:
                 )
             return language
     return "python"
+
+
+class NotebookMessage(NotebookBody):
+    """client -> gateway: replay a notebook, its cells' events sent live. The fields of
+    POST /v1/notebooks/run (`notebook` is required; validated, capped and clamped the same
+    way) plus `type` and `ref`, which is echoed in every message about the replay."""
+
+    type: Literal["notebook"]
+    ref: Ref | None = Field(None, description=REF)
