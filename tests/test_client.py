@@ -40,8 +40,15 @@ from gateway.client import (
 )
 from gateway.client.errors import parse_retry_after
 from gateway.models.answers import Health, RunAccepted, Upload
+from gateway.models.listing import RunList
 from gateway.models.record import RunRecord
-from gateway.models.stream import AcceptedEvent, DoneEvent, OutputEvent
+from gateway.models.stream import (
+    AcceptedEvent,
+    CellFinishedEvent,
+    CellStartedEvent,
+    DoneEvent,
+    OutputEvent,
+)
 from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.postgres import Server
@@ -111,6 +118,7 @@ def test_public_surface_is_declared() -> None:
         "NotebookOptions",
         "NotebookResult",
         "FileSpec",
+        "ListQuery",
         "GatewayError",
         "InvalidRequest",
         "Unauthorized",
@@ -138,7 +146,7 @@ def test_the_two_clients_offer_the_same_calls() -> None:
         return {name for name in vars(cls) if not name.startswith("_")}
 
     sync, asynchronous = calls(GatewayClient), calls(AsyncGatewayClient)
-    assert sync - {"close"} == asynchronous - {"aclose", "stream_run"}
+    assert sync - {"close"} == asynchronous - {"aclose", "stream_run", "stream_notebook"}
     assert "stream_run" in asynchronous
 
 
@@ -585,3 +593,63 @@ def test_stream_errors_are_typed(guarded: GatewayThread) -> None:
     run_async(main)
     assert wait_for(lambda: no_streams_open(guarded), timeout=30)
     assert wait_for(guarded.idle, timeout=60)
+
+
+# --- listing runs, and a notebook's events over the WebSocket -----------------------------
+
+
+def test_list_runs_pages_newest_first_in_both_clients(
+    api: GatewayClient, local_gateway: GatewayThread
+) -> None:
+    first, second = api.run("print(1)"), api.run("echo 2", language="bash")
+    page = api.list_runs(limit=1)
+    assert isinstance(page, RunList) and [s.id for s in page.runs] == [second.id]
+    assert page.next is not None
+    following = api.list_runs(limit=1, cursor=page.next)
+    assert [s.id for s in following.runs] == [first.id]
+    assert following.runs[0].first_line == "print(1)" and following.runs[0].exit_code == 0
+    bash = api.list_runs(language="bash", limit=1)
+    assert bash.runs[0].id == second.id and bash.runs[0].language == "bash"
+    with pytest.raises(InvalidRequest) as refused:
+        api.list_runs(cursor="not-a-cursor")
+    assert refused.value.field == "cursor"
+
+    async def main() -> RunList:
+        async with AsyncGatewayClient(url_of(local_gateway)) as client:
+            with pytest.raises(InvalidRequest):
+                await client.list_runs(limit=1000)
+            return await client.list_runs(limit=2, status="succeeded")
+
+    assert [s.id for s in run_async(main).runs] == [second.id, first.id]
+
+
+def test_stream_notebook_yields_each_cells_events_and_the_executed_notebook(
+    local_gateway: GatewayThread,
+) -> None:
+    async def main() -> None:
+        async with AsyncGatewayClient(url_of(local_gateway)) as client:
+            async with client.stream_notebook(NOTEBOOK, cell_timeout=20) as stream:
+                events = [event async for event in stream]
+            kinds = [event.type for event in events]
+            assert kinds == [
+                "accepted",
+                "cell_started",
+                "cell_finished",
+                "cell_started",
+                "output",
+                "cell_finished",
+                "done",
+            ]
+            assert isinstance(events[1], CellStartedEvent) and events[1].cell_id == "a"
+            assert isinstance(events[4], OutputEvent) and events[4].index == 1
+            assert isinstance(events[5], CellFinishedEvent) and events[5].execution_count == 2
+            assert stream.record is not None and stream.record.stdout == "6\n"
+            assert stream.notebook is not None
+            assert stream.notebook["cells"][1]["outputs"][0]["text"] == "6\n"
+            with pytest.raises(InvalidRequest) as refused:
+                async with client.stream_notebook({"nbformat": 4, "cells": 1}) as bad:
+                    async for _ in bad:
+                        pass
+            assert refused.value.field == "notebook.cells"
+
+    run_async(main)

@@ -12,9 +12,9 @@
             async for event in run:
                 ...
 
-Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `Upload`;
-`NotebookResult` for a replay). Error answers are raised as the exception tree of
-`gateway.client.errors` (`InvalidRequest` with `field`, `RateLimited` with
+Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `Upload`,
+`RunList` of `list_runs`; `NotebookResult` for a replay). Error answers are raised as the
+exception tree of `gateway.client.errors` (`InvalidRequest` with `field`, `RateLimited` with
 `retry_after`, ...); no answer at all is `Unreachable`. The package is also the home of
 `gateway run` (`run.py`) and `gateway mcp` (`mcp.py`); it imports nothing of the server.
 """
@@ -22,6 +22,7 @@ Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `U
 from gateway.client.base import (
     DEFAULT_TIMEOUT,
     FileSpec,
+    ListQuery,
     NotebookOptions,
     NotebookResult,
     RunOptions,
@@ -51,6 +52,7 @@ __all__ = [
     "GatewayClient",
     "GatewayError",
     "InvalidRequest",
+    "ListQuery",
     "NotFound",
     "NotebookOptions",
     "NotebookResult",

@@ -19,7 +19,8 @@ import pydantic
 
 from gateway.client.errors import error_from_answer, is_error_answer, not_the_api
 from gateway.models.answers import Health, RunAccepted, Upload
-from gateway.models.common import Language
+from gateway.models.common import Language, Status
+from gateway.models.listing import RunList
 from gateway.models.record import RunRecord
 from gateway.version import __version__
 
@@ -68,6 +69,19 @@ class NotebookOptions(TypedDict, total=False):
     allow_errors: bool
     files: Sequence[FileSpec]
     return_files: Sequence[str]
+    vars: Mapping[str, Any]
+    env: Mapping[str, str]
+    network: bool
+
+
+class ListQuery(TypedDict, total=False):
+    """The query of `GET /v1/runs` (API.md): a page of the caller's runs, newest first."""
+
+    limit: int
+    cursor: str | None
+    status: Status | None
+    language: Language | None
+    user: str | None
 
 
 class NotebookResult(pydantic.BaseModel):
@@ -190,13 +204,18 @@ class BaseGatewayClient:
     def _cancel(self, run_id: str) -> Call[RunRecord]:
         return Call("DELETE", f"/v1/runs/{_quote(run_id)}", model_reader(RunRecord))
 
+    def _list_runs(self, query: ListQuery) -> Call[RunList]:
+        params = {k: str(v) for k, v in query.items() if v is not None}
+        path = "/v1/runs" + ("?" + urllib.parse.urlencode(params) if params else "")
+        return Call("GET", path, model_reader(RunList))
+
     def _notebook(self, run_id: str) -> Call[dict[str, Any]]:
         return Call("GET", f"/v1/runs/{_quote(run_id)}/notebook", json_object)
 
     def _run_notebook(
         self, notebook: Mapping[str, Any], options: NotebookOptions
     ) -> Call[NotebookResult]:
-        body = {"notebook": _plain(notebook), **_plain(options)}
+        body = notebook_body(notebook, options)
         return Call("POST", "/v1/notebooks/run", model_reader(NotebookResult), json=body)
 
     # --- uploads and operations -------------------------------------------------------
@@ -231,6 +250,12 @@ def run_body(code: str | None, options: RunOptions) -> dict[str, Any]:
     if code is not None:
         body["code"] = code
     return body
+
+
+def notebook_body(notebook: Mapping[str, Any], options: NotebookOptions) -> dict[str, Any]:
+    """The JSON body of a replay (`POST /v1/notebooks/run`, or a WebSocket `notebook`
+    message's fields)."""
+    return {"notebook": _plain(notebook), **_plain(options)}
 
 
 class AsyncClosing:

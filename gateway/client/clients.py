@@ -25,14 +25,17 @@ from gateway.client.base import (
     AsyncClosing,
     BaseGatewayClient,
     Call,
+    ListQuery,
     NotebookOptions,
     NotebookResult,
     RunOptions,
+    notebook_body,
     run_body,
 )
 from gateway.client.errors import GatewayError, Unreachable, error_from_answer, not_the_api
 from gateway.client.stream import RunStream
 from gateway.models.answers import Health, RunAccepted, Upload
+from gateway.models.listing import RunList
 from gateway.models.record import RunRecord
 
 T = TypeVar("T")
@@ -106,6 +109,11 @@ class GatewayClient(BaseGatewayClient):
     def get_run(self, run_id: str) -> RunRecord:
         """`GET /v1/runs/{id}`: the record (`queued` or `running` while it runs)."""
         return self._send(self._get_run(run_id))
+
+    def list_runs(self, **query: Unpack[ListQuery]) -> RunList:
+        """`GET /v1/runs`: a page of the caller's runs, newest first (`limit`, `status`,
+        `language`; admins: `user`); pass the page's `next` as `cursor` for the next."""
+        return self._send(self._list_runs(query))
 
     def cancel(self, run_id: str) -> RunRecord:
         """`DELETE /v1/runs/{id}`: cancel a queued or running run; its record afterwards."""
@@ -185,6 +193,11 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
         """`GET /v1/runs/{id}`: the record (`queued` or `running` while it runs)."""
         return await self._send(self._get_run(run_id))
 
+    async def list_runs(self, **query: Unpack[ListQuery]) -> RunList:
+        """`GET /v1/runs`: a page of the caller's runs, newest first (`limit`, `status`,
+        `language`; admins: `user`); pass the page's `next` as `cursor` for the next."""
+        return await self._send(self._list_runs(query))
+
     async def cancel(self, run_id: str) -> RunRecord:
         """`DELETE /v1/runs/{id}`: cancel a queued or running run; its record afterwards."""
         return await self._send(self._cancel(run_id))
@@ -204,6 +217,15 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
         (`gateway.client.stream.RunStream`). Nothing is sent before the first event is
         asked for; a refused handshake or run raises the client's errors then."""
         message = {"type": "run", "ref": "run", **run_body(code, options)}
+        return RunStream(self._open_stream, message)
+
+    def stream_notebook(
+        self, notebook: Mapping[str, Any], **options: Unpack[NotebookOptions]
+    ) -> RunStream:
+        """`WebSocket /v1/stream`: replay `notebook` and get its events as they happen: per
+        cell `CellStartedEvent`, its outputs (with `index`), `CellFinishedEvent`; the
+        stream's `notebook` is the executed notebook after `done`."""
+        message = {"type": "notebook", "ref": "notebook", **notebook_body(notebook, options)}
         return RunStream(self._open_stream, message)
 
     async def _open_stream(self) -> ClientConnection:

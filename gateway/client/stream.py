@@ -6,6 +6,10 @@ the `gateway.models.stream` events.
             ...
     run.record                           # the final RunRecord (after `done`)
 
+`client.stream_notebook(nb)` is the same for a notebook replay, whose events also hold
+`CellStartedEvent` and `CellFinishedEvent` around each cell's outputs; `run.notebook` is
+then the executed notebook.
+
 Each stream has a connection of its own, opened on the first event asked for and closed
 after `done`. Leaving the iteration early (`break`, an exception, leaving the `async
 with`) closes the connection, and the gateway cancels a run whose connection closed;
@@ -30,13 +34,22 @@ from gateway.client.errors import Unreachable, error_from_event, not_the_api
 from gateway.models.record import RunRecord
 from gateway.models.stream import (
     AcceptedEvent,
+    CellFinishedEvent,
+    CellStartedEvent,
     DoneEvent,
     ErrorEvent,
     OutputDroppedEvent,
     OutputEvent,
 )
 
-StreamEvent = AcceptedEvent | OutputEvent | OutputDroppedEvent | DoneEvent
+StreamEvent = (
+    AcceptedEvent
+    | OutputEvent
+    | OutputDroppedEvent
+    | DoneEvent
+    | CellStartedEvent
+    | CellFinishedEvent
+)
 Connect = Callable[[], Awaitable[ClientConnection]]
 
 
@@ -49,6 +62,9 @@ class RunStream(AsyncClosing):
         "output": OutputEvent,
         "output_dropped": OutputDroppedEvent,
         "done": DoneEvent,
+        # a notebook replay's (`AsyncGatewayClient.stream_notebook`)
+        "cell_started": CellStartedEvent,
+        "cell_finished": CellFinishedEvent,
     }
 
     def __init__(self, connect: Connect, message: dict[str, Any]) -> None:
@@ -61,6 +77,7 @@ class RunStream(AsyncClosing):
         self._waiting = False  # a task awaits the next event
         self.id: str | None = None  # the run's id, from its `accepted` event
         self.record: RunRecord | None = None  # the run's final record, from `done`
+        self.notebook: dict[str, Any] | None = None  # a replay's executed notebook, from `done`
 
     def __repr__(self) -> str:
         return f"RunStream(id={self.id!r}, done={self.record is not None})"
@@ -97,7 +114,7 @@ class RunStream(AsyncClosing):
                 if isinstance(event, AcceptedEvent):
                     self.id = event.id
                 elif isinstance(event, DoneEvent):
-                    self.record = _record(event)
+                    self.record, self.notebook = _record(event), event.notebook
                 yield event
                 if isinstance(event, DoneEvent):
                     return

@@ -1,4 +1,4 @@
-"""`/v1/runs`: run code and wait, poll, cancel, export as a notebook."""
+"""`/v1/runs`: run code and wait, list, poll, cancel, export as a notebook."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from gateway.handlers.base import BaseHandler
 from gateway.models.answers import RunAccepted
 from gateway.models.ipynb import record_to_notebook
 from gateway.offload import offload, offload_if
+from gateway.runs.listing import list_runs, listing_query
 from gateway.runs.requests import parse_run_request
 
 NOTEBOOK_TYPE = "application/x-ipynb+json"
@@ -28,6 +29,11 @@ class RunsHandler(BaseHandler):
             return
         record = await runs.run(request)
         await self.send_json(record.to_json())
+
+    async def get(self) -> None:
+        """A page of the caller's runs (`gateway.runs.listing`)."""
+        query = listing_query(self.request.query_arguments, self.user)
+        await self.send_json(await list_runs(self.services.runs.store, query))
 
 
 class RunHandler(BaseHandler):

@@ -1,10 +1,13 @@
 """`WebSocket /v1/stream`: many runs on one connection, their outputs sent live.
 
-Client -> gateway: `{"type": "run", "ref", ...fields of POST /v1/runs}` and
-`{"type": "cancel", "id"}` (or `"ref"` of a run of this connection).
+Client -> gateway: `{"type": "run", "ref", ...fields of POST /v1/runs}`, `{"type":
+"notebook", "ref", "notebook", ...fields of POST /v1/notebooks/run}` and `{"type":
+"cancel", "id"}` (or `"ref"` of a run of this connection).
 Gateway -> client, per run: `accepted`, zero or more `output` (and `output_dropped` when a
-slow client made the gateway skip live outputs), then `done` with the full run record;
-`error` for a message that could not be acted on. Closing the connection cancels its runs.
+slow client made the gateway skip live events), then `done` with the full run record;
+a notebook replay also `cell_started` and `cell_finished` around each code cell's
+outputs (which carry the cell's `index`), and the executed notebook in `done`. `error`
+for a message that could not be acted on. Closing the connection cancels its runs.
 
 Auth happens on the handshake: `?token=` (browsers cannot set headers on a WebSocket) or
 an `Authorization: Bearer` header. A browser's `Origin` must be this gateway's own or one
@@ -18,9 +21,11 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import math
 import urllib.parse
+from collections.abc import Awaitable
 from typing import Any, ClassVar
 
 import tornado.web
@@ -28,7 +33,7 @@ import tornado.websocket
 
 from gateway.auth import Principal
 from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest
-from gateway.execution.events import CellOutput, RunEvent
+from gateway.execution.events import CellFinished, CellOutput, CellStarted, RunEvent
 from gateway.handlers.base import GatewayHandler, Services
 from gateway.handlers.metered import MessageRoom, MeteredProtocol
 from gateway.handlers.origin import origin_allowed
@@ -36,21 +41,25 @@ from gateway.handlers.outbox import Outbox
 from gateway.jsoncodec import dumps_utf8, parse_json
 from gateway.models.answers import ErrorBody
 from gateway.models.base import sent
+from gateway.models.ipynb import record_to_notebook
 from gateway.models.record import RunRecord
-from gateway.models.request import RunRequest
+from gateway.models.request import NotebookRequest, RunRequest
 from gateway.models.stream import (
     MAX_REF_CHARS,
     AcceptedEvent,
+    CellFinishedEvent,
+    CellStartedEvent,
     DoneEvent,
     ErrorEvent,
     Event,
+    NotebookMessage,
     OutputDroppedEvent,
     OutputEvent,
     RunMessage,
 )
 from gateway.offload import offload, offload_if
 from gateway.runs.bounds import bound_json
-from gateway.runs.requests import run_request
+from gateway.runs.requests import notebook_request, run_request
 from gateway.runs.service import ActiveRun
 from gateway.settings import Settings
 
@@ -71,6 +80,7 @@ class _Run:
     """A run started on this connection."""
 
     ref: str | int | None
+    notebook: bool = False  # a replay: its cells' events are sent too
     id: str = ""
     dropped: int = 0
 
@@ -94,16 +104,40 @@ def _run_message(data: dict[str, Any], settings: Settings, caller: Principal) ->
     return run_request(RunMessage.parse(data), settings, caller)
 
 
+def _notebook_message(
+    data: dict[str, Any], settings: Settings, caller: Principal
+) -> NotebookRequest:
+    return notebook_request(NotebookMessage.parse(data), settings, caller)
+
+
+EVENT_MARGIN = 1024  # room for the event around its record (and notebook)
+
+
 def _done_event(run: _Run, record: RunRecord, limit: int) -> bytes:
-    """The `done` event of a run, its record cut to `limit` bytes (CPU work that grows with
-    the record: made in the heavy-work pool)."""
-    data = bound_json(
-        record.to_json(),
-        limit - 1024,  # room for the event around the record
+    """The `done` event of a run, its record (and a replay's notebook) cut to `limit` bytes
+    in all (CPU work that grows with the record: made in the heavy-work pool)."""
+    cut = (
         f"This `done` event was over its limit of {limit} bytes: its largest parts were "
-        f"cut. The whole record is at GET /v1/runs/{run.id}.",
+        f"cut. The whole record is at GET /v1/runs/{run.id}."
     )
-    return _encode(DoneEvent(type="done", ref=run.ref, id=run.id, run=data))
+    if not run.notebook:
+        data = bound_json(record.to_json(), limit - EVENT_MARGIN, cut)
+        return _encode(DoneEvent(type="done", ref=run.ref, id=run.id, run=data))
+    # The notebook holds the record's outputs again: both get half of what the cells
+    # without outputs leave, and the notebook is made from the record's cut outputs.
+    skeleton = record.notebook
+    room = limit - EVENT_MARGIN - (0 if skeleton is None else len(json.dumps(skeleton)))
+    if skeleton is None or room < limit // 4:
+        data = bound_json(record.to_json(), limit - EVENT_MARGIN, cut)
+        data["notes"] = [
+            *data["notes"],
+            f"The executed notebook was left out of this `done` event: its cells alone are "
+            f"over the event's limit of {limit} bytes. It is at GET /v1/runs/{run.id}/notebook.",
+        ]
+        return _encode(DoneEvent(type="done", ref=run.ref, id=run.id, run=data))
+    data = bound_json(record.to_json(), room // 2, cut)
+    notebook = record_to_notebook(record.model_copy(update={"outputs": data["outputs"]}))
+    return _encode(DoneEvent(type="done", ref=run.ref, id=run.id, run=data, notebook=notebook))
 
 
 # The handshake is a GET: as on every HTTP endpoint, a body sent with it is refused at the
@@ -267,11 +301,14 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
             kind = data.get("type")
             if kind == "run":
                 await self._start_run(data)
+            elif kind == "notebook":
+                await self._start_notebook(data)
             elif kind == "cancel":
                 await self._cancel(data)
             else:
                 raise InvalidRequest(
-                    f"Unknown message type {kind!r}; send `run` or `cancel`.", field="type"
+                    f"Unknown message type {kind!r}; send `run`, `notebook` or `cancel`.",
+                    field="type",
                 )
         except GatewayError as exc:
             self._emit(_error_event(exc, ref if _valid_ref(ref) else None, run_id))
@@ -284,7 +321,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
                 )
             )
 
-    async def _start_run(self, data: dict[str, Any]) -> None:
+    def _new_ref(self, data: dict[str, Any]) -> Any:
         ref = data.get("ref")
         if not _valid_ref(ref):
             raise InvalidRequest(
@@ -293,10 +330,25 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
             )
         if ref is not None and ref in self._refs:
             raise InvalidRequest(f"A run with ref {ref!r} is still in progress.", field="ref")
+        return ref
+
+    async def _start_run(self, data: dict[str, Any]) -> None:
+        ref = self._new_ref(data)
         size = self.room.held if self.room is not None else 0
         request = await offload_if(size, _run_message, data, self.settings_, self.user)
-        run = _Run(ref=ref)
-        active = await self.services.runs.submit(request)
+        await self._begin(_Run(ref=ref), self.services.runs.submit(request))
+
+    async def _start_notebook(self, data: dict[str, Any]) -> None:
+        """A replay, admitted as POST /v1/notebooks/run admits it (nbformat's validation
+        is CPU work that grows with the notebook: in the heavy-work pool)."""
+        ref = self._new_ref(data)
+        request = await offload(_notebook_message, data, self.settings_, self.user)
+        run = _Run(ref=ref, notebook=True)
+        await self._begin(run, self.services.runs.submit_notebook(request))
+
+    async def _begin(self, run: _Run, submitting: Awaitable[ActiveRun]) -> None:
+        ref = run.ref
+        active = await submitting
         active.events.subscribe(functools.partial(self._on_event, run))
         # No await between submit and here: the run's task has not started yet, so the
         # `accepted` event is queued before any output of it.
@@ -352,26 +404,54 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
 
     def _on_event(self, run: _Run, event: RunEvent) -> None:
         """What the run did (`gateway.execution.events`), on the event loop as it happens:
-        its outputs are sent live."""
-        if isinstance(event, CellOutput):
-            self._on_output(run, event.output, event.display_id, event.replaces)
-
-    def _on_output(
-        self, run: _Run, output: dict[str, Any], display_id: str | None, update: bool
-    ) -> None:
+        its outputs are sent live, and a replay's cells starting and finishing."""
         if not self._connected:
             return
         if self.outbox.full:
             run.dropped += 1
             return
-        event = OutputEvent(
-            type="output",
-            ref=run.ref,
-            id=run.id,
-            output=output,
-            display_id=display_id,
-            update=True if display_id is not None and update else None,
-        )
+        if isinstance(event, CellOutput):
+            display_id = event.display_id
+            self._offer(
+                run,
+                OutputEvent(
+                    type="output",
+                    ref=run.ref,
+                    id=run.id,
+                    output=event.output,
+                    display_id=display_id,
+                    update=True if display_id is not None and event.replaces else None,
+                    index=event.index if run.notebook else None,
+                ),
+            )
+        elif run.notebook and isinstance(event, CellStarted):
+            self._offer(
+                run,
+                CellStartedEvent(
+                    type="cell_started",
+                    ref=run.ref,
+                    id=run.id,
+                    index=event.index,
+                    cell_id=event.cell_id,
+                ),
+            )
+        elif run.notebook and isinstance(event, CellFinished):
+            self._offer(
+                run,
+                CellFinishedEvent(
+                    type="cell_finished",
+                    ref=run.ref,
+                    id=run.id,
+                    index=event.index,
+                    cell_id=event.cell_id,
+                    execution_count=event.execution_count,
+                    status=event.status,
+                    duration_ms=event.duration_ms,
+                ),
+            )
+
+    def _offer(self, run: _Run, event: Event) -> None:
+        """Queue a live event, or count it dropped (too large, or too much unread)."""
         self._flush_drop_notice(run)
         data = _encode(event)
         if len(data) > self.settings_.max_event_bytes or not self.outbox.offer(data):

@@ -172,7 +172,7 @@ class Verdict:
 
 
 # The gateway's own fields: stored with the record, never sent.
-PRIVATE_FIELDS = frozenset({"user", "code", "created_at", "notebook", "result_note"})
+PRIVATE_FIELDS = frozenset({"user", "code", "created_at", "notebook", "result_note", "kind"})
 
 
 class RunRecord(BaseModel):
@@ -248,6 +248,8 @@ class RunRecord(BaseModel):
     notebook: dict[str, Any] | None = Field(None, exclude=True)
     # why the code's `result` was not returned, as a fact (the tools report it their way)
     result_note: str | None = Field(None, exclude=True)
+    # what was asked: a run (code or an entrypoint) or a notebook replay (GET /v1/runs)
+    kind: Literal["run", "notebook"] = Field("run", exclude=True)
     _started: float | None = PrivateAttr(None)  # monotonic, for `usage.wall_ms`
 
     # --- its life -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pydantic import Field, WithJsonSchema
 
 from gateway.models.answers import ErrorBody
 from gateway.models.base import Answer, Body, component
+from gateway.models.notebook import NotebookBody
 from gateway.models.run import RunBody
 
 MAX_REF_CHARS = 256
@@ -21,6 +22,15 @@ class RunMessage(RunBody):
     a run of this connection still in progress. `background` has no effect here."""
 
     type: Literal["run"]
+    ref: Ref | None = Field(None, description=REF)
+
+
+class NotebookMessage(NotebookBody):
+    """client -> gateway: replay a notebook, its cells' events sent live. The fields of
+    POST /v1/notebooks/run (`notebook` is required; validated, capped and clamped the same
+    way) plus `type` and `ref`, which is echoed in every message about the replay."""
+
+    type: Literal["notebook"]
     ref: Ref | None = Field(None, description=REF)
 
 
@@ -65,21 +75,70 @@ class OutputEvent(Event):
     ]
     display_id: str | None = None
     update: Literal[True] | None = None
+    index: int | None = Field(
+        None,
+        ge=0,
+        description="a notebook replay's: the place of the output's cell in the notebook's "
+        "`cells` (markdown cells counted), as in `cell_started`",
+    )
 
 
 class OutputDroppedEvent(Event):
-    """gateway -> client: this many live outputs of the run were skipped because the client
-    read too slowly (the `done` record still has them, within its caps)."""
+    """gateway -> client: this many live events of the run (outputs; in a replay also
+    `cell_started` and `cell_finished`) were skipped because the client read too slowly
+    (the `done` record, and a replay's `notebook`, still have them, within their caps)."""
 
     type: Literal["output_dropped"]
     dropped: int = Field(ge=1)
 
 
 class DoneEvent(Event):
-    """gateway -> client: the run ended; `run` is its full record."""
+    """gateway -> client: the run ended; `run` is its full record. A notebook replay's
+    `done` also has `notebook`, the executed notebook (every cell that ran with its outputs
+    and execution count; after a cancel, the cells run so far)."""
 
     type: Literal["done"]
     run: Annotated[dict[str, Any], component("RunRecord")]
+    notebook: Annotated[dict[str, Any], component("Notebook")] | None = Field(
+        None,
+        description="a notebook replay's executed notebook; null (with a note in `run`) when "
+        "even its cells without outputs are over `max_event_bytes`: it is at GET "
+        "/v1/runs/{id}/notebook",
+    )
+
+
+# How a cell ended (`gateway.execution.events.CellStatus`).
+CellStatus = Literal["ok", "error", "timeout", "cancelled", "died", "output_limit", "exited"]
+CELL_STATUS = (
+    "`ok`; `error` (it raised, or a bash cell's status was not 0); `timeout` (its "
+    "`cell_timeout` or the notebook's `timeout`); `cancelled`; `died` (the kernel died); "
+    "`output_limit` (the run's output limit was passed); `exited` (the code ended the kernel, "
+    "e.g. `sys.exit()` in a script or `Deno.exit()`)"
+)
+CELL_INDEX = "the cell's place in the notebook's `cells` (from 0, markdown cells counted)"
+CELL_ID = "the cell's nbformat `id` (null for notebooks older than nbformat 4.5)"
+
+
+class CellStartedEvent(Event):
+    """gateway -> client (notebook replays): a code cell starts; its `output` events follow,
+    then its `cell_finished`. Cells that do not run (markdown, `skip-execution`, the cells
+    after one that stopped the replay) have no events."""
+
+    type: Literal["cell_started"]
+    index: int = Field(ge=0, description=CELL_INDEX)
+    cell_id: str | None = Field(description=CELL_ID)
+
+
+class CellFinishedEvent(Event):
+    """gateway -> client (notebook replays): a code cell ended, with its execution count
+    (`In [n]`), how it ended and how long it ran."""
+
+    type: Literal["cell_finished"]
+    index: int = Field(ge=0, description=CELL_INDEX)
+    cell_id: str | None = Field(description=CELL_ID)
+    execution_count: int = Field(ge=1)
+    status: CellStatus = Field(description=CELL_STATUS)
+    duration_ms: int = Field(ge=0)
 
 
 class ErrorEvent(Answer):

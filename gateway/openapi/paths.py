@@ -4,8 +4,10 @@ components (`gateway.openapi.schemas`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
+from gateway.models.common import LANGUAGES, Status
+from gateway.models.listing import DEFAULT_LIMIT, MAX_LIMIT
 from gateway.openapi.errors import UPLOAD_ERROR_CODES, errors
 from gateway.uploads.archives import RAW_TYPES
 
@@ -87,6 +89,50 @@ PAGE_FILES = {
     "application/json": {},
 }
 
+LIST_PARAMETERS = [
+    {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "description": f"runs per page, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})",
+        "schema": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIMIT,
+            "default": DEFAULT_LIMIT,
+        },
+    },
+    {
+        "name": "cursor",
+        "in": "query",
+        "required": False,
+        "description": "`next` of the previous page",
+        "schema": {"type": "string", "maxLength": 2000},
+    },
+    {
+        "name": "status",
+        "in": "query",
+        "required": False,
+        "description": "only runs of this status",
+        "schema": {"enum": list(get_args(Status))},
+    },
+    {
+        "name": "language",
+        "in": "query",
+        "required": False,
+        "description": "only runs of this language",
+        "schema": {"enum": list(LANGUAGES)},
+    },
+    {
+        "name": "user",
+        "in": "query",
+        "required": False,
+        "description": "admins: list this user's runs instead (anyone else: 403, unless it "
+        "names themselves)",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+    },
+]
+
 PATHS: dict[str, Schema] = {
     "/v1/runs": {
         "post": operation(
@@ -108,7 +154,22 @@ PATHS: dict[str, Schema] = {
             },
             body="RunRequest",
             body_text="What to run.",
-        )
+        ),
+        "get": operation(
+            "listRuns",
+            "runs",
+            "The caller's runs, newest first, a page at a time",
+            "Each run as a summary (`RunSummary`), newest first (by submission time; ties by "
+            "id). `next` is the cursor of the following page, null on the last. The records "
+            "listed are those still kept (see GET /v1/runs/{id}). A cursor continues the "
+            "listing it came from: one of another listing (another user, other filters) or "
+            "one that is not a cursor is 400 invalid_request (field `cursor`), as is a "
+            "`limit` outside [1, 100], a `status` or `language` that is not one, or a "
+            "parameter given twice. `user` (another user's runs) is for admins: 403 for "
+            "anyone else.",
+            {"200": answer("RunList", "A page of runs."), **errors(400, 401, 403, 413, 503)},
+            extra={"parameters": LIST_PARAMETERS},
+        ),
     },
     "/v1/runs/{id}": {
         "parameters": [RUN_ID],
@@ -289,8 +350,18 @@ PATHS: dict[str, Schema] = {
             "was sent before. A client that does not answer the gateway's pings (every 30 s) "
             "within 30 s is disconnected. Each user may keep `max_streams_per_user` (default "
             "8) connections open; one more is 429 capacity with `Retry-After`. Closing the "
-            "connection cancels its runs still in progress. The message schemas are listed in "
-            "`x-websocket-messages`.",
+            "connection cancels its runs still in progress.\n\n"
+            'A notebook is replayed with `{"type": "notebook", "ref", "notebook", ...the other '
+            "fields of POST /v1/notebooks/run}` (the same validation, caps, budgets, deadline "
+            'and policy): `accepted`, then for each code cell that runs `{"type": '
+            '"cell_started", "ref", "id", "index", "cell_id"}`, its `output` events (with '
+            '`index`), `{"type": "cell_finished", "ref", "id", "index", "cell_id", '
+            '"execution_count", "status", "duration_ms"}`, and at the end `{"type": "done", '
+            '"ref", "id", "run", "notebook"}` with the run record and the executed notebook. '
+            "`cancel` stops the replay: `done` has `run.status: cancelled` and the cells run "
+            "so far. A slow reader may miss cell events as it misses outputs "
+            "(`output_dropped` counts both); `done` has everything. The message schemas are "
+            "listed in `x-websocket-messages`.",
             {
                 "101": {"description": "Switching to the WebSocket protocol."},
                 **errors(400, 401, 403, 413, 429),
@@ -307,10 +378,22 @@ PATHS: dict[str, Schema] = {
                     }
                 ],
                 "x-websocket-messages": {
-                    "client": [ref("StreamRunMessage"), ref("StreamCancelMessage")],
+                    "client": [
+                        ref("StreamRunMessage"),
+                        ref("StreamNotebookMessage"),
+                        ref("StreamCancelMessage"),
+                    ],
                     "server": [
                         ref(f"Stream{kind}Message")
-                        for kind in ("Accepted", "Output", "OutputDropped", "Done", "Error")
+                        for kind in (
+                            "Accepted",
+                            "CellStarted",
+                            "Output",
+                            "OutputDropped",
+                            "CellFinished",
+                            "Done",
+                            "Error",
+                        )
                     ],
                 },
             },

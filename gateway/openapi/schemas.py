@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
-from gateway.models import answers, notebook, record, run, stream, tools
+from gateway.models import answers, listing, notebook, record, run, stream, tools
 
 Schema = dict[str, Any]
 PREFIX = "#/components/schemas/"
@@ -26,6 +26,7 @@ BODIES: tuple[tuple[type[BaseModel], str], ...] = (
     (notebook.NotebookBody, "NotebookRunRequest"),
     (stream.RunMessage, "StreamRunMessage"),
     (stream.CancelMessage, "StreamCancelMessage"),
+    (stream.NotebookMessage, "StreamNotebookMessage"),
     (tools.CodeRunBody, "CodeRunRequest"),
     (tools.RunPythonBody, "RunPythonRequest"),
     (tools.CodeExecBody, "CodeExecRequest"),
@@ -45,6 +46,10 @@ ANSWERS: tuple[tuple[type[BaseModel], str], ...] = (
     (stream.OutputDroppedEvent, "StreamOutputDroppedMessage"),
     (stream.DoneEvent, "StreamDoneMessage"),
     (stream.ErrorEvent, "StreamErrorMessage"),
+    (stream.CellStartedEvent, "StreamCellStartedMessage"),
+    (stream.CellFinishedEvent, "StreamCellFinishedMessage"),
+    (listing.RunSummary, "RunSummary"),
+    (listing.RunList, "RunList"),
     (tools.CodeRunAnswer, "CodeRunAnswer"),
     (tools.RunPythonAnswer, "RunPythonAnswer"),
     (tools.CodeExecAnswer, "CodeExecAnswer"),

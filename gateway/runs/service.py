@@ -159,7 +159,11 @@ class RunService:
     async def submit_notebook(self, request: NotebookRequest) -> ActiveRun:
         """Admit a notebook replay and start it as a task; the returned record is `queued`."""
         record = RunRecord(
-            id=new_run_id(), language=request.language, user=request.user, code=request.code
+            id=new_run_id(),
+            language=request.language,
+            user=request.user,
+            code=request.code,
+            kind="notebook",
         )
         store_notebook(record, request.notebook)
         return await self._start(record, from_notebook(request))

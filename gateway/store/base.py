@@ -13,7 +13,8 @@ Who calls what, in order:
     a run's task         update(record) when it starts running; finish(record, quota) once
                          final (the owner's oldest finished records make room)
     requests             get(run_id); request_cancel(run_id, note) for a run this replica
-                         does not run, then wait_final(run_id, timeout)
+                         does not run, then wait_final(run_id, timeout); list_runs(query)
+                         for a page of one user's runs (`GET /v1/runs`)
     the heartbeat        (shared stores only) lease_link(): a connection of the
                          heartbeat's own, in a thread of its own (gateway/runs/leases.py),
                          that holds this replica's instance id while it lives; through it
@@ -73,6 +74,33 @@ class Finished:
 
     evicted: int = 0
     kept: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class RunQuery:
+    """A page of one owner's runs, newest first: at most `limit`, only of `status` and
+    `language` when given, and only those after `after` (the `Listed.after` of the previous
+    page's last run) in that order."""
+
+    owner: str
+    limit: int
+    status: str | None = None
+    language: str | None = None
+    after: tuple[str, str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """One run of a page: its summary (`gateway.models.listing.summary_json`), and its
+    place in the order as the store writes it (its creation time, in the store's own
+    text form, and its id), to continue after it."""
+
+    summary: dict[str, Any]
+    after: tuple[str, str]
+
+
+class InvalidPosition(ValueError):
+    """A `RunQuery.after` this store cannot have written."""
 
 
 CancelHandler = Callable[[str, str], None]
@@ -175,6 +203,12 @@ class RecordStore(abc.ABC):
 
     @abc.abstractmethod
     async def get(self, run_id: str) -> RunRecord | None: ...
+
+    @abc.abstractmethod
+    async def list_runs(self, query: RunQuery) -> list[Listed]:
+        """A page of `query.owner`'s runs (see `RunQuery`), from the summaries kept beside
+        the records (a record itself is read only for a summary an older gateway did not
+        keep). Raises `InvalidPosition` for an `after` it cannot have written."""
 
     @abc.abstractmethod
     async def expire(self, ttl: float) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import logging
 from collections.abc import AsyncIterator, Collection
@@ -40,9 +41,17 @@ from psycopg import conninfo
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
-from gateway.store.base import Finished, RecordQuota, RecordStore, Renewal
+from gateway.store.base import (
+    Finished,
+    InvalidPosition,
+    Listed,
+    RecordQuota,
+    RecordStore,
+    Renewal,
+    RunQuery,
+)
 from gateway.store.migrate import migrate
-from gateway.store.records import dump, encode, load
+from gateway.store.records import dump, encode, load, summary, summary_of_stored
 from gateway.uploads.shelf import UploadShelf
 
 if TYPE_CHECKING:
@@ -205,8 +214,9 @@ class PostgresStore(RecordStore):
             if mine >= limit:
                 return mine
             await conn.execute(
-                "INSERT INTO runs (id, owner, status, record, size, replica, lease_until) "
-                "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
+                "INSERT INTO runs (id, owner, status, record, size, replica, lease_until, "
+                "language, summary) "
+                "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s), %s, %s)",
                 (
                     record.id,
                     record.user,
@@ -215,6 +225,8 @@ class PostgresStore(RecordStore):
                     len(payload),
                     self.replica,
                     self.lease,
+                    record.language,
+                    summary(record),
                 ),
             )
         return None
@@ -223,9 +235,9 @@ class PostgresStore(RecordStore):
         payload = await dump(record)
         async with self.connection() as conn:
             cursor = await conn.execute(
-                "UPDATE runs SET status = %s, record = %s, size = %s "
+                "UPDATE runs SET status = %s, record = %s, size = %s, summary = %s "
                 "WHERE id = %s AND replica = %s AND status IN ('queued', 'running')",
-                (record.status, payload, len(payload), record.id, self.replica),
+                (record.status, payload, len(payload), summary(record), record.id, self.replica),
             )
             return cursor.rowcount > 0
 
@@ -234,9 +246,10 @@ class PostgresStore(RecordStore):
         async with self.connection() as conn:
             await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
-                "UPDATE runs SET status = %s, record = %s, size = %s, lease_until = NULL "
+                "UPDATE runs SET status = %s, record = %s, size = %s, summary = %s, "
+                "lease_until = NULL "
                 "WHERE id = %s AND replica = %s AND status IN ('queued', 'running')",
-                (record.status, payload, len(payload), record.id, self.replica),
+                (record.status, payload, len(payload), summary(record), record.id, self.replica),
             )
             if cursor.rowcount == 0:
                 return Finished(kept=False)
@@ -248,6 +261,36 @@ class PostgresStore(RecordStore):
             cursor = await conn.execute("SELECT record FROM runs WHERE id = %s", (run_id,))
             row = await cursor.fetchone()
         return None if row is None else await load(row[0])
+
+    async def list_runs(self, query: RunQuery) -> list[Listed]:
+        created, after = (None, None) if query.after is None else query.after
+        position = None if created is None else _position(created)
+        async with self.connection() as conn:
+            # the record only where no summary was kept (rows of an older gateway)
+            cursor = await conn.execute(
+                "SELECT created, id, summary, CASE WHEN summary IS NULL THEN record END "
+                "FROM runs WHERE owner = %s AND (%s::text IS NULL OR status = %s) "
+                "AND (%s::text IS NULL OR language = %s) "
+                "AND (%s::timestamptz IS NULL OR (created, id) < (%s, %s)) "
+                "ORDER BY created DESC, id DESC LIMIT %s",
+                (
+                    query.owner,
+                    query.status,
+                    query.status,
+                    query.language,
+                    query.language,
+                    position,
+                    position,
+                    after,
+                    query.limit,
+                ),
+            )
+            rows = await cursor.fetchall()
+        listed = []
+        for made, run_id, kept, payload in rows:
+            data = json.loads(kept) if kept is not None else await summary_of_stored(payload)
+            listed.append(Listed(data, (made.isoformat(), str(run_id))))
+        return listed
 
     async def expire(self, ttl: float) -> int:
         async with self.connection() as conn:
@@ -409,7 +452,19 @@ async def _fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
         record.fail(note.format(replica=replica))
         stored = encode(record.to_storage())  # at start, or in the heartbeat's thread
         await conn.execute(
-            "UPDATE runs SET status = %s, record = %s, size = %s, lease_until = NULL WHERE id = %s",
-            (record.status, stored, len(stored), run_id),
+            "UPDATE runs SET status = %s, record = %s, size = %s, summary = %s, "
+            "lease_until = NULL WHERE id = %s",
+            (record.status, stored, len(stored), summary(record), run_id),
         )
     return len(rows)
+
+
+def _position(text: str) -> dt.datetime:
+    """A creation time as `list_runs` wrote it (ISO 8601 with its offset)."""
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidPosition(text) from None
+    if value.tzinfo is None or value.isoformat() != text:
+        raise InvalidPosition(text)
+    return value

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.models.listing import summary_json
 from gateway.models.record import RunRecord
 from gateway.offload import SMALL, offload_if
 
@@ -67,3 +68,25 @@ def guess_size(value: Any) -> int:
         else:
             size += len(item) if isinstance(item, str | bytes) else 8
     return size
+
+
+def summary(record: RunRecord) -> str:
+    """The JSON of the record's summary (`GET /v1/runs`), kept beside it: small, whatever
+    the record's size (only the head of its code is read)."""
+    fields = {
+        "id": record.id,
+        "status": record.status,
+        "language": record.language,
+        "kind": record.kind,
+        "created_at": record.created_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "code": record.code,
+        "exit_code": record.exit_code,
+    }
+    return json.dumps(summary_json(fields), separators=_SEPARATORS)
+
+
+async def summary_of_stored(payload: str | bytes) -> dict[str, Any]:
+    """The summary of a stored record that has none beside it (kept by an older gateway)."""
+    return dict(json.loads(summary(await load(payload))))

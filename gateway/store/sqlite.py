@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import json
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -25,9 +28,16 @@ from typing import Any
 
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
-from gateway.store.base import Finished, RecordQuota, RecordStore
+from gateway.store.base import (
+    Finished,
+    InvalidPosition,
+    Listed,
+    RecordQuota,
+    RecordStore,
+    RunQuery,
+)
 from gateway.store.instance import FileLock
-from gateway.store.records import decode, dump, encode, load
+from gateway.store.records import decode, dump, encode, load, summary, summary_of_stored
 from gateway.uploads.disk import DiskShelf
 from gateway.uploads.shelf import UploadShelf
 
@@ -45,6 +55,14 @@ CREATE INDEX IF NOT EXISTS runs_status ON runs (status);
 # Added later: the stored size of each record, for the per-user quota.
 _SIZE_COLUMN = "ALTER TABLE runs ADD COLUMN size INTEGER NOT NULL DEFAULT 0"
 _SIZE_INDEX = "CREATE INDEX IF NOT EXISTS runs_user_created ON runs (user, created)"
+# Added later: each run's language and summary, for `GET /v1/runs` (a page reads these,
+# never the records); the language of older rows is read from their records once.
+_LISTING_COLUMNS = (
+    "ALTER TABLE runs ADD COLUMN language TEXT",
+    "ALTER TABLE runs ADD COLUMN summary TEXT",
+    "UPDATE runs SET language = json_extract(record, '$.language')",
+)
+_LISTING_INDEX = "CREATE INDEX IF NOT EXISTS runs_user_listing ON runs (user, created, id)"
 
 
 class SQLiteStore(RecordStore):
@@ -79,6 +97,12 @@ class SQLiteStore(RecordStore):
             db.execute(_SIZE_COLUMN)
             db.execute("UPDATE runs SET size = length(record)")
         db.execute(_SIZE_INDEX)
+        if "summary" not in columns:  # a data dir of a gateway without listings
+            with db:
+                db.execute("BEGIN")
+                for statement in _LISTING_COLUMNS:
+                    db.execute(statement)
+        db.execute(_LISTING_INDEX)
         self._db = db
 
     async def close(self) -> None:
@@ -111,55 +135,52 @@ class SQLiteStore(RecordStore):
         return {"kind": self.kind, "path": str(self.path)}
 
     async def admit(self, record: RunRecord, limit: int) -> int | None:
-        payload = await dump(record)
-        result: int | None = await self._call(
-            self._admit, record.id, record.user, record.status, payload, limit
-        )
+        row = await _row(record)
+        result: int | None = await self._call(self._admit, row, limit)
         return result
 
-    def _admit(self, run_id: str, user: str, status: str, payload: str, limit: int) -> int | None:
+    def _admit(self, row: _Row, limit: int) -> int | None:
         (mine,) = (
             self._conn()
             .execute(
                 "SELECT COUNT(*) FROM runs WHERE user = ? AND status IN ('queued', 'running')",
-                (user,),
+                (row.user,),
             )
             .fetchone()
         )
         if mine >= limit:
             return int(mine)
-        self._put(run_id, user, status, payload)
+        self._put(row)
         return None
 
     async def update(self, record: RunRecord) -> bool:
-        payload = await dump(record)
-        await self._call(self._put, record.id, record.user, record.status, payload)
+        await self._call(self._put, await _row(record))
         return True
 
     async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
-        payload = await dump(record)
-        evicted: int = await self._call(
-            self._put, record.id, record.user, record.status, payload, quota
-        )
+        evicted: int = await self._call(self._put, await _row(record), quota)
         return Finished(evicted=evicted)
 
-    def _put(
-        self,
-        run_id: str,
-        user: str,
-        status: str,
-        payload: str,
-        quota: RecordQuota | None = None,
-    ) -> int:
+    def _put(self, row: _Row, quota: RecordQuota | None = None) -> int:
         self._conn().execute(
-            "INSERT INTO runs (id, user, status, created, record, size) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
-            "record = excluded.record, size = excluded.size",
-            (run_id, user, status, time.time(), payload, len(payload)),
+            "INSERT INTO runs (id, user, status, created, record, size, language, summary) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "status = excluded.status, record = excluded.record, size = excluded.size, "
+            "language = excluded.language, summary = excluded.summary",
+            (
+                row.id,
+                row.user,
+                row.status,
+                time.time(),
+                row.payload,
+                len(row.payload),
+                row.language,
+                row.summary,
+            ),
         )
         if quota is None:
             return 0
-        return self._enforce(user, run_id, quota)
+        return self._enforce(row.user, row.id, quota)
 
     def _enforce(self, user: str, keep: str, quota: RecordQuota) -> int:
         """Delete `user`'s oldest finished records (never `keep`) until within `quota`."""
@@ -192,6 +213,38 @@ class SQLiteStore(RecordStore):
         row = self._conn().execute("SELECT record FROM runs WHERE id = ?", (run_id,)).fetchone()
         return None if row is None else str(row[0])
 
+    async def list_runs(self, query: RunQuery) -> list[Listed]:
+        rows = await self._call(self._list, query)
+        listed = []
+        for created, run_id, kept, payload in rows:
+            data = json.loads(kept) if kept is not None else await summary_of_stored(payload)
+            listed.append(Listed(data, (repr(created), run_id)))
+        return listed
+
+    def _list(self, query: RunQuery) -> list[tuple[float, str, str | None, str | None]]:
+        created, after = (None, None) if query.after is None else query.after
+        position = None if created is None else _position(created)
+        # the record only where no summary was kept (rows of an older gateway)
+        rows = self._conn().execute(
+            "SELECT created, id, summary, CASE WHEN summary IS NULL THEN record END FROM runs "
+            "WHERE user = ? AND (? IS NULL OR status = ?) AND (? IS NULL OR language = ?) "
+            "AND (? IS NULL OR created < ? OR (created = ? AND id < ?)) "
+            "ORDER BY created DESC, id DESC LIMIT ?",
+            (
+                query.owner,
+                query.status,
+                query.status,
+                query.language,
+                query.language,
+                position,
+                position,
+                position,
+                after,
+                query.limit,
+            ),
+        )
+        return [(float(c), str(i), s, r) for c, i, s, r in rows]
+
     async def recover(self, note: str) -> int:
         """Mark runs left queued or running by a gateway that died as failed: every one in
         the file (a SQLite store has one gateway)."""
@@ -207,7 +260,7 @@ class SQLiteStore(RecordStore):
         for (payload,) in rows:
             record = decode(payload)  # in the store's thread, at start
             record.fail(note)
-            self._put(record.id, record.user, record.status, encode(record.to_storage()))
+            self._put(_Row.of(record, encode(record.to_storage())))
         return len(rows)
 
     async def expire(self, ttl: float) -> int:
@@ -220,3 +273,34 @@ class SQLiteStore(RecordStore):
             (before,),
         )
         return cursor.rowcount
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """A record as one row: its columns, the stored JSON and the summary beside it."""
+
+    id: str
+    user: str
+    status: str
+    language: str
+    payload: str
+    summary: str
+
+    @classmethod
+    def of(cls, record: RunRecord, payload: str) -> _Row:
+        return cls(record.id, record.user, record.status, record.language, payload, summary(record))
+
+
+async def _row(record: RunRecord) -> _Row:
+    return _Row.of(record, await dump(record))
+
+
+def _position(text: str) -> float:
+    """A creation time as `list_runs` wrote it (`repr` of the float)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidPosition(text) from None
+    if not math.isfinite(value) or repr(value) != text:
+        raise InvalidPosition(text)
+    return value
