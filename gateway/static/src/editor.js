@@ -29,7 +29,18 @@ const theme = EditorView.theme({
   ".cm-gutters": { backgroundColor: "var(--code-bg)", borderRight: "1px solid var(--line)" },
   "&.cm-focused": { outline: "2px solid color-mix(in srgb, var(--accent) 45%, transparent)" },
   ".cm-scroller": { fontFamily: "var(--mono)", lineHeight: "1.5" },
+  "&:not(.cm-focused) .cm-activeLine, &:not(.cm-focused) .cm-activeLineGutter": { backgroundColor: "transparent" },
 });
+
+/**
+ * Escape, then Tab within two seconds, moves the focus on (no keyboard trap). CodeMirror does
+ * this only when nothing else took the Escape (here it also when Escape drops a selection or
+ * closes the completions, which it still does: this binding lets the key go on).
+ */
+function leaveWithTab(view) {
+  view.setTabFocusMode(2000);
+  return false;
+}
 
 /**
  * A CodeMirror editor in `parent`.
@@ -55,7 +66,7 @@ export function createEditor(parent, options) {
     highlightSelectionMatches(),
     search({ top: true }),
     syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
-    Prec.highest(keymap.of([{ key: "Mod-Enter", run }])),
+    Prec.highest(keymap.of([{ key: "Mod-Enter", run }, { key: "Escape", run: leaveWithTab }])),
     keymap.of([
       ...closeBracketsKeymap,
       ...defaultKeymap,

@@ -55,7 +55,9 @@ export function sortPicked(picked, { base = null } = {}) {
   const cleaned = picked
     .map(({ path, file }) => ({ path: cleanPath(path), file }))
     .filter(({ path }) => path);
-  const notebooks = cleaned.filter(({ path }) => /\.ipynb$/i.test(path)).sort((a, b) => (a.path < b.path ? -1 : 1));
+  const notebooks = cleaned
+    .filter(({ path }) => /\.ipynb$/i.test(path) && !HIDDEN.test(path)) // not .ipynb_checkpoints
+    .sort((a, b) => (a.path < b.path ? -1 : 1));
   const folder = base ?? (notebooks.length ? dirname(notebooks[0].path) : "");
   const files = [];
   const skipped = [];

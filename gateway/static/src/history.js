@@ -38,8 +38,11 @@ export class History {
       const page = await this.api.listRuns({ cursor, limit: PAGE });
       if (mine !== this.loading) return; // a newer load replaced this one
       const items = (page.runs || []).map((summary) => this.item(summary));
+      // A keyboard user on an item keeps the focus on it when the list is read again.
+      const focused = this.parts.list.contains(document.activeElement) ? document.activeElement.dataset.runId : null;
       if (cursor) this.parts.list.append(...items);
       else this.parts.list.replaceChildren(...items);
+      if (focused) this.parts.list.querySelector(`[data-run-id="${CSS.escape(focused)}"]`)?.focus();
       this.next = page.next || null;
       this.parts.more.hidden = !this.next;
       this.say(this.parts.list.children.length ? "" : "No runs yet: the runs you start appear here.");
@@ -66,9 +69,7 @@ export class History {
       el("span", { class: "history-code" }, firstLine),
       el("span", { class: "history-meta" }, [kind, status.replace("_", " "), when].filter(Boolean).join(" · ")),
     );
-    button.dataset.runId = summary.id;
-    // The accessible name says it all in one sentence; the visual parts are its pieces.
-    button.setAttribute("aria-label", `${firstLine}: ${kind}, ${status.replace("_", " ")}${when ? `, ${when}` : ""}`);
+    button.dataset.runId = summary.id; // its name is its text: the code's first line, then kind, status, time
     button.addEventListener("click", () => this.onOpen(summary));
     return el("li", {}, button);
   }
