@@ -223,6 +223,7 @@ def test_run_python_live_with_chart_and_table(page: Page) -> None:
     assert notebook.cells[0].source == DEMO
     assert name.endswith(".ipynb")
 
+    p.locator("#editor .cm-content").press("Control+Home")  # the code from its first line
     screenshot(p, "page-code.png")
     page.assert_clean()
 
@@ -433,6 +434,7 @@ NOTEBOOK_WITH_DATA = [
         "import matplotlib.pyplot as plt\n"
         "plt.figure(figsize=(5, 3))\n"
         "plt.plot(births.year, births.births, marker='o')\n"
+        "plt.xticks(births.year)\n"
         "plt.title('births per year')\n"
         "plt.show()",
     ),

@@ -190,7 +190,7 @@ function renderFiles() {
   const skipped = files.skipped || [];
   byId("clear-files").disabled = !count;
   byId("files-summary").textContent = [
-    count ? `${count} file${count === 1 ? "" : "s"}, ${formatBytes(files.size)}` : "No files: runs start in an empty folder.",
+    count ? `${count} file${count === 1 ? "" : "s"}, ${formatBytes(files.size)}.` : "No files: runs start in an empty folder.",
     skipped.length ? `Left out: ${skipped.slice(0, 5).join(", ")}${skipped.length > 5 ? ` and ${skipped.length - 5} more` : ""}.` : "",
   ].filter(Boolean).join(" ");
 }
