@@ -94,11 +94,13 @@ function base64(file) {
 export class FileStage {
   constructor(onChange) {
     this.files = new Map(); // path -> File
+    this.skipped = []; // what the last pick or drop left out, and why
     this.onChange = onChange;
   }
 
-  add(files) {
+  add(files, skipped = []) {
     for (const { path, file } of files) this.files.set(path, file);
+    this.skipped = skipped;
     this.onChange();
   }
 
@@ -109,6 +111,7 @@ export class FileStage {
 
   clear() {
     this.files.clear();
+    this.skipped = [];
     this.onChange();
   }
 

@@ -146,9 +146,7 @@ async function openNotebookFile(entry) {
 
 async function picked(entries) {
   const { notebooks, files: staged, skipped, folder } = sortPicked(entries);
-  if (staged.length) files.add(staged);
-  files.skipped = skipped;
-  renderFiles();
+  files.add(staged, skipped);
   if (notebooks.length) {
     choices = notebooks;
     choice.replaceChildren(...notebooks.map((nb, i) => el("option", { value: String(i) }, nb.path)));
@@ -171,7 +169,7 @@ function pickWith(input) {
 byId("open-notebook").addEventListener("click", () => pickWith(byId("notebook-input")));
 byId("add-files").addEventListener("click", () => pickWith(byId("files-input")));
 byId("add-folder").addEventListener("click", () => pickWith(byId("folder-input")));
-byId("clear-files").addEventListener("click", () => { files.skipped = []; files.clear(); });
+byId("clear-files").addEventListener("click", () => files.clear());
 for (const id of ["notebook-input", "files-input", "folder-input"]) {
   const input = byId(id);
   input.addEventListener("change", () => picked(fromInput(input.files)));
@@ -187,7 +185,7 @@ function renderFiles() {
     }),
   );
   const count = files.files.size;
-  const skipped = files.skipped || [];
+  const skipped = files.skipped;
   byId("clear-files").disabled = !count;
   byId("files-summary").textContent = [
     count ? `${count} file${count === 1 ? "" : "s"}, ${formatBytes(files.size)}.` : "No files: runs start in an empty folder.",

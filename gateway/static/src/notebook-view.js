@@ -59,6 +59,7 @@ class CodeCell {
     this.node.dataset.status = status;
     if (status === "running") {
       this.started = performance.now();
+      this.time.textContent = formatDuration(0);
       this.timer = setInterval(() => { this.time.textContent = formatDuration(performance.now() - this.started); }, 100);
     } else {
       clearInterval(this.timer);

@@ -6,12 +6,21 @@ import { formatDuration } from "./format.js";
 export class Announcer {
   constructor(region) {
     this.region = region;
+    this.pending = null; // sentences said in this frame, spoken together
   }
 
   say(text) {
+    if (this.pending) {
+      this.pending.push(text);
+      return;
+    }
+    this.pending = [text];
     // Emptied first so that the same sentence twice is announced twice.
     this.region.textContent = "";
-    requestAnimationFrame(() => { this.region.textContent = text; });
+    requestAnimationFrame(() => {
+      this.region.textContent = this.pending.join(" ");
+      this.pending = null;
+    });
   }
 }
 
