@@ -32,3 +32,14 @@ if [ ! -f "$stamp" ]; then
     fi
     touch "$stamp"
 fi
+
+if [ "$extra" = test ]; then
+    # The page's bundle is committed (gateway/static/dist); the tests rebuild it offline from
+    # package-lock.json to check it, so they need the locked npm packages (npm ci, skipped
+    # when node_modules has them already).
+    if command -v npm >/dev/null; then
+        scripts/page.sh install
+    else
+        echo "setup: npm is missing: the page's bundle check will be skipped (apt-get install nodejs npm)" >&2
+    fi
+fi

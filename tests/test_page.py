@@ -1,14 +1,24 @@
-"""The web page at `/`, driven in a real headless Chromium (Playwright): type code, run it,
-see output arrive live, stdout and stderr apart, a chart and a table inline, cancel, and
-download the run as a notebook. A screenshot is kept in test-artifacts/page.png.
+"""The web page at `/`, driven in a real headless Chromium (Playwright) against a real gateway
+and real kernels: the editor (highlighting, brackets, indentation, search, Ctrl+Enter), a run
+with live output, a chart and a table, cancel, the history across a reload, a notebook dropped
+on the page and replayed cell by cell, a notebook's own files, the chart gallery, keyboard-only
+use and the screen reader's view (axe-core), and a gateway with tokens. Untrusted content
+(outputs, markdown, notebook metadata) is attacked in test_page_attacks.py.
 
-Without Playwright or Chromium the module is skipped, or fails under
-GATEWAY_REQUIRE=chromium (as in CI). The page's files and headers (CSP, path traversal) need
-no browser: test_page_files.py."""
+Every test fails on a console error or a Content-Security-Policy violation in the page, except
+one kind the browser itself causes: Chrome's own contenteditable editing (select all, type)
+proposes a `style` attribute on an editor line, which the CSP refuses and CodeMirror redraws.
+
+Screenshots go to test-artifacts/; with GATEWAY_SCREENSHOTS=1 the README's (docs/images/) are
+written instead, to be committed. Without Playwright or Chromium the module is skipped, or fails
+under GATEWAY_REQUIRE=chromium (as in CI). The page's files and headers need no browser:
+test_page_files.py.
+"""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +26,20 @@ from typing import Any
 import nbformat
 import pytest
 
+from tests import needs
 from tests.api import write_tokens
-from tests.browser import chromium
+from tests.browser import (
+    FINAL,
+    RECORD_VIOLATIONS,
+    Page,
+    chromium,
+    downloaded,
+    ipynb,
+    screenshot,
+)
 from tests.support import REPO, GatewayThread
 
-ARTIFACTS = REPO / "test-artifacts"
+AXE = REPO / "node_modules" / "axe-core" / "axe.min.js"
 TOKEN = "page-test-token-0123456789abcdef"
 
 # --- fixtures -----------------------------------------------------------------------------
@@ -41,50 +60,100 @@ def server() -> Iterator[GatewayThread]:
         gateway.stop()
 
 
-class Page:
-    """A browser tab on the gateway's page, recording console errors."""
-
-    def __init__(self, page: Any, base: str) -> None:
-        self.page = page
-        self.errors: list[str] = []
-        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.goto(base + "/")
-        page.wait_for_selector("body[data-ready=true]")
-
-    def type_code(self, code: str) -> None:
-        editor = self.page.locator("#code")
-        editor.fill("")
-        editor.focus()
-        # typed line by line: the editor keeps indentation on Enter, so start each at col 0
-        for i, line in enumerate(code.split("\n")):
-            if i:
-                self.page.keyboard.press("Shift+Enter")
-            self.page.keyboard.insert_text(line)
-        assert editor.input_value() == code
-
-    def status(self) -> str:
-        return str(self.page.locator("#status").inner_text())
-
-    def wait_status(self, *statuses: str, timeout: float = 90) -> str:
-        self.page.wait_for_function(
-            "(s) => s.includes(document.querySelector('#status').dataset.status)",
-            arg=list(statuses),
-            timeout=timeout * 1000,
-        )
-        return self.status()
+@pytest.fixture
+def context(browser: Any) -> Iterator[Any]:
+    made = browser.new_context(accept_downloads=True, viewport={"width": 1360, "height": 900})
+    made.add_init_script(RECORD_VIOLATIONS)
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @pytest.fixture
-def page(browser: Any, server: GatewayThread) -> Iterator[Page]:
-    context = browser.new_context(accept_downloads=True, viewport={"width": 1360, "height": 900})
-    try:
-        yield Page(context.new_page(), f"http://127.0.0.1:{server.port}")
-    finally:
-        context.close()
+def page(context: Any, server: GatewayThread) -> Page:
+    return Page(context.new_page(), f"http://127.0.0.1:{server.port}")
 
 
-# --- tests --------------------------------------------------------------------------------
+# --- the editor ---------------------------------------------------------------------------
+
+COLORS = """(tokens) => {
+  const plain = getComputedStyle(document.querySelector('#editor .cm-line')).color;
+  const spans = [...document.querySelectorAll('#editor .cm-line span')];
+  const colour = (text) => {
+    const span = spans.find((s) => s.textContent === text);
+    return span ? getComputedStyle(span).color : null;
+  };
+  return {plain, tokens: Object.fromEntries(tokens.map((t) => [t, colour(t)]))};
+}"""
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "kinds"),
+    [
+        ("python", "def f(x):\n    return 'text'  # note", ["def", "'text'", "# note"]),
+        ("bash", 'if true; then echo "hi"; fi # note', ["if", '"hi"', "# note"]),
+        ("javascript", "const n = 'text'; // note", ["const", "'text'", "// note"]),
+        ("typescript", "const n: number = 1; // note", ["const", "number", "// note"]),
+    ],
+)
+def test_the_editor_highlights_each_language(
+    page: Page, language: str, code: str, kinds: list[str]
+) -> None:
+    p = page.page
+    p.select_option("#language", language)
+    page.type_code(code)
+    seen = p.evaluate(COLORS, kinds)
+    colours = seen["tokens"]
+    # each kind of token is a span of its own, in a colour of its own, none the plain text's
+    assert None not in colours.values(), seen
+    assert seen["plain"] not in colours.values(), seen
+    assert len(set(colours.values())) == len(kinds), seen
+    page.assert_clean()
+
+
+def test_the_editor_edits_like_an_editor(page: Page) -> None:
+    p = page.page
+    page.type_code("")
+    editor = p.locator("#editor .cm-content")
+    # a colon opens a block: Enter indents it; brackets close themselves
+    p.keyboard.type("for i in range(2):")
+    p.keyboard.press("Enter")
+    p.keyboard.type("print(i")
+    assert page.code() == "for i in range(2):\n    print(i)"
+    # the cursor sits between the brackets it typed: both are marked as a matching pair
+    assert p.locator("#editor .cm-matchingBracket").count() == 2
+    # Tab indents, Shift+Tab takes it back
+    p.keyboard.press("Home")
+    p.keyboard.press("Tab")
+    assert page.code().split("\n")[1] == "        print(i)"
+    p.keyboard.press("Shift+Tab")
+    assert page.code().split("\n")[1] == "    print(i)"
+    # search: Ctrl+F opens the panel, typing finds, Escape closes it and returns to the text
+    p.keyboard.press("Control+f")
+    search = p.locator(".cm-search input[name=search]")
+    search.wait_for()
+    assert search.evaluate("(e) => e === document.activeElement")
+    p.keyboard.type("range")
+    p.keyboard.press("Enter")
+    selected = p.evaluate("() => getSelection().toString()")
+    assert selected == "range"
+    p.keyboard.press("Escape")
+    assert p.locator(".cm-search").count() == 0
+    assert editor.evaluate(
+        "(e) => e.contains(document.activeElement) || e === document.activeElement"
+    )
+    # no keyboard trap: Escape then Tab leaves the editor, to the result's side
+    p.keyboard.press("Escape")
+    p.keyboard.press("Tab")
+    assert not editor.evaluate("(e) => e === document.activeElement")
+    # the draft survives a reload
+    page.reload()
+    assert page.code() == "for i in range(2):\n    print(i)"
+    page.assert_clean()
+
+
+# --- runs ---------------------------------------------------------------------------------
 
 DEMO = """import sys, time
 print('hello from stdout', flush=True)
@@ -102,10 +171,10 @@ import pandas as pd
 pd.DataFrame({'city': ['Oslo', 'Lima', 'Pune'], 'temp': [4.5, 19.0, 31.2]})"""
 
 
-def test_run_python_live_with_chart_and_table(page: Page, server: GatewayThread) -> None:
+def test_run_python_live_with_chart_and_table(page: Page) -> None:
     p = page.page
     page.type_code(DEMO)
-    p.locator("#code").press("Control+Enter")
+    p.locator("#editor .cm-content").press("Control+Enter")
 
     # live: the first line shows while the run is still sleeping
     p.wait_for_selector(".stream.stdout:has-text('hello from stdout')", timeout=20_000)
@@ -115,9 +184,10 @@ def test_run_python_live_with_chart_and_table(page: Page, server: GatewayThread)
     assert page.status() == "running"
     assert not p.locator("#run").is_enabled() and p.locator("#cancel").is_enabled()
 
-    assert page.wait_status("succeeded", "failed", "error") == "succeeded"
+    assert page.wait_status(*FINAL) == "succeeded"
     assert p.locator("#exit-code").inner_text() == "exit 0"
     assert p.locator("#duration").inner_text().endswith(" s")
+    assert "succeeded" in page.said()
 
     # stdout and stderr are told apart (stderr red)
     colors = p.evaluate(
@@ -126,33 +196,36 @@ def test_run_python_live_with_chart_and_table(page: Page, server: GatewayThread)
     )
     assert colors[0] != colors[1] and colors[1] == "rgb(198, 40, 40)", colors
 
-    # the chart is an <img> that decoded
+    # the chart is an <img> that decoded, and it is in the gallery
     p.wait_for_function(
-        "() => { const i = document.querySelector('img.image-output');"
+        "() => { const i = document.querySelector('#outputs img.image-output');"
         " return i && i.complete && i.naturalWidth > 0; }",
         timeout=10_000,
     )
-    assert p.evaluate("document.querySelector('img.image-output').src").startswith(
+    assert p.evaluate("document.querySelector('#outputs img.image-output').src").startswith(
         "data:image/png;base64,"
     )
-    # the table is in a sandboxed iframe (no scripts, opaque origin)
+    assert p.locator("#gallery-list .thumb").count() == 1
+    # the table is in a sandboxed iframe (no scripts, opaque origin), styled by the page's
+    # one allowed frame sheet
     frame = p.locator("iframe.html-output")
     assert frame.get_attribute("sandbox") == ""
     cells = p.frame_locator("iframe.html-output").locator("td")
     cells.first.wait_for(timeout=10_000)
     assert "Lima" in cells.all_inner_texts()
+    stripe = p.frame_locator("iframe.html-output").locator("tbody tr").first
+    assert stripe.evaluate("(r) => getComputedStyle(r).backgroundColor") == "rgb(246, 247, 251)"
 
     # the run as a notebook
-    with p.expect_download() as download:
-        p.locator("#download").click()
-    notebook = nbformat.reads(Path(download.value.path()).read_text(), as_version=4)
+    name, data = downloaded(p, p.locator("#download").click)
+    notebook = nbformat.reads(data.decode(), as_version=4)
     nbformat.validate(notebook)
     assert notebook.cells[0].source == DEMO
-    assert download.value.suggested_filename.endswith(".ipynb")
+    assert name.endswith(".ipynb")
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    p.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
-    assert page.errors == []
+    p.locator("#editor .cm-content").press("Control+Home")  # the code from its first line
+    screenshot(p, "page-code.png")
+    page.assert_clean()
 
 
 def test_cancel_a_long_run(page: Page) -> None:
@@ -162,11 +235,11 @@ def test_cancel_a_long_run(page: Page) -> None:
     p.wait_for_selector(".stream.stdout:has-text('working')", timeout=20_000)
     asked = time.monotonic()
     p.locator("#cancel").click()
-    assert page.wait_status("cancelled", "succeeded", "failed", "error", timeout=15) == "cancelled"
+    assert page.wait_status(*FINAL, timeout=15) == "cancelled"
     assert time.monotonic() - asked < 10
     assert p.locator("#run").is_enabled() and not p.locator("#cancel").is_enabled()
     assert "working" in p.locator("#outputs").inner_text()
-    assert page.errors == []
+    page.assert_clean()
 
 
 def test_bash_with_a_failing_exit_code(page: Page) -> None:
@@ -174,7 +247,7 @@ def test_bash_with_a_failing_exit_code(page: Page) -> None:
     p.select_option("#language", "bash")
     page.type_code("echo out\necho err >&2\nexit 3")
     p.locator("#run").click()
-    assert page.wait_status("succeeded", "failed", "error") == "failed"
+    assert page.wait_status(*FINAL) == "failed"
     assert p.locator("#exit-code").inner_text() == "exit 3"
     assert p.locator(".stream.stdout").inner_text() == "out\n"
     assert p.locator(".stream.stderr").inner_text() == "err\n"
@@ -184,7 +257,7 @@ def test_python_errors_show_their_traceback_without_ansi(page: Page) -> None:
     p = page.page
     page.type_code("def f():\n    return 1 / 0\nf()")
     p.locator("#run").click()
-    assert page.wait_status("succeeded", "failed", "error") == "failed"
+    assert page.wait_status(*FINAL) == "failed"
     text = p.locator(".error-output").inner_text()
     assert "ZeroDivisionError" in text and "\x1b" not in text and "[0;31m" not in text
     assert p.locator("#exit-code").inner_text() == "exit 1"
@@ -201,54 +274,313 @@ def test_display_updates_replace_what_is_shown(page: Page) -> None:
     )
     p.locator("#run").click()
     p.wait_for_selector(".display:has-text('step')", timeout=20_000)
-    assert page.wait_status("succeeded", "failed", "error") == "succeeded"
-    assert p.locator(".display").all_inner_texts() == ["'step 3'"]
+    assert page.wait_status(*FINAL) == "succeeded"
+    assert p.locator("#outputs .display").all_inner_texts() == ["'step 3'"]
 
 
-def test_untrusted_html_and_svg_never_run_in_the_page(page: Page) -> None:
+# --- the gallery --------------------------------------------------------------------------
+
+
+def test_the_gallery_enlarges_and_downloads_charts(page: Page) -> None:
     p = page.page
-    title = p.title()
-    code = (
-        "from IPython.display import HTML, SVG, display\n"
-        'display(HTML(\'<b>bold</b><script>parent.document.title="pwned"</script>'
-        "<img src=x onerror=\"parent.document.title=\\'pwned\\'\">'))\n"
-        'display(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40"'
-        ' onload="parent.document.title=1"><script>parent.document.title=2</script>'
-        '<rect width="40" height="40" fill="teal"/></svg>\'))'
+    page.type_code(
+        "%config InlineBackend.figure_formats = ['png', 'svg']\n"
+        "import matplotlib.pyplot as plt\n"
+        "plt.figure(figsize=(4, 3)); plt.bar(['a', 'b'], [3, 5]); plt.title('votes'); plt.show()\n"
+        "plt.figure(figsize=(4, 3)); plt.plot([1, 2, 1]); plt.savefig('saved.png'); plt.close()"
     )
+    p.locator("#run").click()
+    assert page.wait_status(*FINAL) == "succeeded"
+    thumbs = p.locator("#gallery-list .thumb")
+    # the shown chart (PNG and SVG), and the one only saved (savefig, PNG)
+    assert thumbs.count() == 2
+    assert thumbs.first.get_attribute("aria-label") == "Enlarge Chart 1: votes"
+
+    thumbs.first.click()
+    dialog = p.locator("#chart-dialog")
+    assert dialog.evaluate("(d) => d.open")
+    assert p.locator("#chart-title").inner_text() == "Chart 1: votes"
+    p.wait_for_function(
+        "() => { const i = document.querySelector('#chart-dialog img');"
+        " return i && i.complete && i.naturalWidth > 0; }"
+    )
+    name, png = downloaded(p, p.locator("#chart-png").click)
+    assert name.endswith("-chart-1.png") and png.startswith(b"\x89PNG\r\n\x1a\n")
+    name, svg = downloaded(p, p.locator("#chart-svg").click)
+    assert name.endswith("-chart-1.svg") and b"<svg" in svg[:500] and b"votes" in svg
+    p.keyboard.press("Escape")
+    assert not dialog.evaluate("(d) => d.open")
+    # focus goes back to the thumbnail that opened it
+    assert thumbs.first.evaluate("(t) => t === document.activeElement")
+
+    # a raster-only chart: PNG, and a sentence instead of an SVG button
+    thumbs.nth(1).click()
+    assert not p.locator("#chart-svg").is_visible()
+    assert p.locator("#chart-svg-hint").is_visible()
+    _, png = downloaded(p, p.locator("#chart-png").click)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    p.locator("#chart-close").click()
+    page.assert_clean()
+
+
+# --- history ------------------------------------------------------------------------------
+
+
+def test_the_history_survives_a_reload(page: Page) -> None:
+    p = page.page
+    marker = f"history-{uuid.uuid4().hex[:8]}"
+    code = f"print('{marker}')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3]); plt.show()"
     page.type_code(code)
     p.locator("#run").click()
-    assert page.wait_status("succeeded", "failed", "error") == "succeeded"
-    p.frame_locator("iframe.html-output").locator("b").wait_for(timeout=10_000)
-    # two layers: the iframe is sandboxed, and it inherits the page's CSP (no inline script)
-    assert p.locator("iframe.html-output").get_attribute("sandbox") == ""
+    assert page.wait_status(*FINAL) == "succeeded"
+    first = p.locator(".history-item").first
+    first.locator(f".history-code:text-is(\"print('{marker}')\")").wait_for(timeout=10_000)
+    run_id = first.get_attribute("data-run-id")
+
+    # another page, a reload: the history is the gateway's, not the tab's
+    page.type_code("print('something else')")
+    page.reload()
+    item = p.locator(f".history-item[data-run-id='{run_id}']")
+    item.wait_for(timeout=10_000)
+    assert f"print('{marker}')" in item.inner_text()
+    assert "succeeded" in item.inner_text()
+    assert p.locator("#outputs").inner_text() == ""
+
+    # open it: its code, its outputs, its chart, its status again
+    item.click()
+    p.wait_for_selector(f"#outputs .stream.stdout:has-text('{marker}')")
+    assert page.code() == code
+    assert page.status() == "succeeded"
+    assert item.get_attribute("aria-current") == "true"
+    assert p.locator("#gallery-list .thumb").count() == 1
+    _, data = downloaded(p, p.locator("#download").click)
+    assert nbformat.reads(data.decode(), as_version=4).cells[0].source == code
+
+    # re-run it: a new run, at the top of the history
+    p.locator("#rerun").click()
+    assert page.wait_status(*FINAL) == "succeeded"
     p.wait_for_function(
-        "() => [...document.querySelectorAll('img.image-output')].some("
-        "i => i.complete && i.naturalWidth > 0)",
-        timeout=10_000,
+        "(old) => { const top = document.querySelector('.history-item');"
+        " return top && top.dataset.runId !== old; }",
+        arg=run_id,
     )
-    svg = p.locator("img.image-output").get_attribute("src") or ""
-    assert svg.startswith("data:image/svg+xml")
-    time.sleep(0.5)
-    assert p.title() == title
-    assert p.evaluate("document.querySelectorAll('#outputs script, #outputs svg').length") == 0
+    newest = p.locator(".history-item").first
+    assert f"print('{marker}')" in newest.inner_text()
+    assert newest.get_attribute("aria-current") == "true"
+    page.assert_clean()
 
 
-def test_editor_comfort(page: Page) -> None:
+# --- notebooks ----------------------------------------------------------------------------
+
+
+def test_a_dropped_notebook_replays_cell_by_cell(page: Page) -> None:
     p = page.page
-    editor = p.locator("#code")
-    editor.fill("")
-    editor.focus()
-    p.keyboard.insert_text("for i in range(2):")
-    p.keyboard.press("Enter")  # keeps indentation, adds a level after a colon
-    p.keyboard.insert_text("print(i)")
-    p.keyboard.press("Enter")
+    text = ipynb(
+        ("markdown", "# A replay\nIt prints, **draws**, then waits."),
+        ("code", "print('one', flush=True)"),
+        (
+            "code",
+            "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2]); plt.title('drawn')\nplt.show()",
+        ),
+        ("code", "import time\nprint('three', flush=True)\ntime.sleep(120)"),
+        ("code", "print('four')"),
+    )
+    page.drop({"replay.ipynb": text})
+    p.wait_for_selector("#notebook-view:not([hidden]) .code-cell")
+    assert p.locator("#notebook-title").inner_text() == "replay.ipynb"
+    # markdown rendered (and cleaned), code in editors, highlighted
+    assert p.locator(".markdown-cell h1").inner_text() == "A replay"
+    assert p.locator(".markdown-cell strong").inner_text() == "draws"
+    assert p.locator(".code-cell .cm-editor").count() == 4
+
+    p.locator("#run-all").click()
+    # The cells' outputs arrive while the replay runs: cell 3 prints, then waits 120 s; the
+    # outputs of cells 1 to 3 are on show, and their times, while cell 3 has not finished.
+    p.wait_for_selector(
+        ".code-cell[data-index='3'] .cell-outputs:has-text('three')", timeout=30_000
+    )
+    cells = page.cells()
+    assert [c["status"] for c in cells] == ["ok", "ok", "running", "queued"], cells
+    assert cells[0]["output"].strip() == "one" and cells[0]["prompt"] == "[1]"
+    assert p.locator(".code-cell[data-index='2'] img.image-output").count() == 1
+    assert cells[1]["time"].endswith(("ms", " s")) and cells[2]["time"]
+    assert page.status("#nb-status") == "running"
+    assert "3 of 4 code cells" in p.locator("#nb-progress").inner_text()
+    assert p.locator("#gallery-list .thumb").count() == 1  # the chart, live
+    assert "Cell 3 finished" in page.said() or "Cell 2 finished" in page.said()
+
+    p.locator("#nb-cancel").click()
+    assert page.wait_status(*FINAL, which="#nb-status", timeout=20) == "cancelled"
+    cells = page.cells()
+    assert [c["status"] for c in cells] == ["ok", "ok", "cancelled", "not_run"], cells
+    assert "three" in cells[2]["output"] and cells[3]["output"] == ""
+    assert p.locator("#run-all").is_enabled() and not p.locator("#nb-cancel").is_enabled()
+
+    # the executed notebook: the cells run so far, with their outputs
+    name, data = downloaded(p, p.locator("#nb-download").click)
+    assert name == "replay.executed.ipynb"
+    executed = nbformat.reads(data.decode(), as_version=4)
+    nbformat.validate(executed)
+    assert executed.cells[1].outputs[0]["text"] == "one\n"
+    assert executed.cells[4].outputs == []
+    page.assert_clean()
+
+
+NOTEBOOK_WITH_DATA = [
+    ("markdown", "## Births by year\nReads `data/births.csv`, next to the notebook."),
+    ("code", "import pandas as pd\nbirths = pd.read_csv('data/births.csv')\nbirths"),
+    (
+        "code",
+        "import matplotlib.pyplot as plt\n"
+        "plt.figure(figsize=(5, 3))\n"
+        "plt.plot(births.year, births.births, marker='o')\n"
+        "plt.xticks(births.year)\n"
+        "plt.title('births per year')\n"
+        "plt.show()",
+    ),
+    ("code", "print(open('data/notes/readme.txt').read().strip())\nprint(births.births.sum())"),
+]
+
+
+def test_a_notebook_with_its_folder_of_data(page: Page, tmp_path: Path) -> None:
+    p = page.page
+    folder = tmp_path / "handbook"
+    (folder / "data" / "notes").mkdir(parents=True)
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / "births.ipynb").write_text(ipynb(*NOTEBOOK_WITH_DATA))
+    (folder / "data" / "births.csv").write_text("year,births\n2019,120\n2020,115\n2021,131\n")
+    (folder / "data" / "notes" / "readme.txt").write_text("data from the test\n")
+    (folder / ".ipynb_checkpoints" / "births-checkpoint.ipynb").write_text("{}")
+
+    # Add folder…: the notebook opens, its folder's files are staged relative to it
+    p.locator("#tab-notebook").click()
+    with p.expect_file_chooser() as chooser:
+        p.locator("#add-folder").click()
+    chooser.value.set_files(str(folder))
+    p.wait_for_selector("#notebook-view .code-cell")
+    assert p.locator("#notebook-title").inner_text() == "births.ipynb"
+    staged = p.locator("#file-list .file-path").all_inner_texts()
+    assert staged == ["data/births.csv", "data/notes/readme.txt"]
+    assert "hidden" in p.locator("#files-summary").inner_text()
+
+    p.keyboard.press("Control+Enter")  # outside an editor: runs what is on show
+    assert page.wait_status(*FINAL, which="#nb-status") == "succeeded"
+    cells = page.cells()
+    assert [c["status"] for c in cells] == ["ok", "ok", "ok"], cells
+    assert [c["prompt"] for c in cells] == ["[1]", "[2]", "[3]"]
+    assert cells[2]["output"].split() == ["data", "from", "the", "test", "366"]
+    table = p.frame_locator(".code-cell[data-index='1'] iframe.html-output").locator("td")
+    table.first.wait_for()
+    assert "2020" in table.all_inner_texts()
+    assert p.locator("#gallery-list .thumb").count() == 1
+    assert "3 of 3 code cells ran" in p.locator("#nb-progress").inner_text()
+    screenshot(p, "page-notebook.png")
+
+    _, data = downloaded(p, p.locator("#nb-download").click)
+    executed = nbformat.reads(data.decode(), as_version=4)
+    nbformat.validate(executed)
+    assert [c.execution_count for c in executed.cells if c.cell_type == "code"] == [1, 2, 3]
+
+    # the replay is in the history as a notebook; opening it shows the executed notebook
+    p.locator("#tab-code").click()
+    page.reload()
+    item = p.locator(".history-item").first
+    item.wait_for()
+    assert "notebook" in item.inner_text()
+    item.click()
+    p.wait_for_selector("#notebook-view:not([hidden]) .code-cell")
+    assert page.status("#nb-status") == "succeeded"
+    assert page.cells()[2]["output"].split()[-1] == "366"
+    page.assert_clean()
+
+
+# --- keyboard and screen reader -------------------------------------------------------------
+
+
+def axe_violations(p: Any) -> list[dict[str, Any]]:
+    """axe-core's WCAG 2 A and AA rules on the page as it is now (serious and critical)."""
+    if not AXE.exists():
+        needs.missing("chromium", f"{AXE} is missing (scripts/page.sh install)")
+    p.evaluate(AXE.read_text())
+    found = p.evaluate(
+        """async () => (await axe.run(document, {
+            runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']},
+        })).violations.map((v) => ({id: v.id, impact: v.impact,
+            nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 5)}))"""
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]
+
+
+def tab_to(p: Any, selector: str, limit: int = 40) -> list[str]:
+    """Press Tab until `selector` has the focus; the ids (or classes) passed on the way."""
+    passed = []
+    for _ in range(limit):
+        p.keyboard.press("Tab")
+        if p.evaluate("(s) => document.activeElement.matches(s)", selector):
+            return passed
+        passed.append(
+            p.evaluate("() => document.activeElement.id || document.activeElement.className")
+        )
+    raise AssertionError(f"{selector} never got the focus; passed {passed}")
+
+
+def test_keyboard_only_and_a_screen_reader(page: Page, tmp_path: Path) -> None:
+    p = page.page
+    assert axe_violations(p) == []
+    # the live region is where status changes are spoken
+    assert p.locator("#announcer").get_attribute("role") == "status"
+    assert p.locator("#announcer").get_attribute("aria-live") == "polite"
+
+    # From the top: the skip link first, then the views' tabs, the toolbar, the editor.
     p.keyboard.press("Tab")
-    assert editor.input_value() == "for i in range(2):\n    print(i)\n        "
-    assert p.evaluate("document.activeElement.id") == "code"
+    assert p.evaluate("document.activeElement.textContent") == "Skip to the editor"
+    p.keyboard.press("Enter")
+    passed = tab_to(p, "#editor .cm-content")
+    assert passed == ["tab-code", "language", "timeout", "run"], passed
+    p.keyboard.press("Control+a")
+    p.keyboard.insert_text(
+        "import matplotlib.pyplot as plt\nplt.plot([2, 1]); plt.show()\nprint('by keys')"
+    )
+    p.keyboard.press("Control+Enter")
+    assert page.wait_status(*FINAL) == "succeeded"
+    p.wait_for_function(
+        "() => document.querySelector('#announcer').textContent.includes('succeeded')"
+    )
+
+    # Escape, Tab: out of the editor, on to the result, the files, the chart, the history
     p.keyboard.press("Escape")
-    p.keyboard.press("Tab")  # after Escape, Tab leaves the editor
-    assert p.evaluate("document.activeElement.id") != "code"
+    passed = tab_to(p, "#gallery-list .thumb")
+    assert passed[:2] == ["rerun", "download"], passed
+    p.keyboard.press("Enter")
+    assert p.locator("#chart-dialog").evaluate("(d) => d.open")
+    assert p.evaluate("document.activeElement.id") in ("chart-png", "chart-close")
+    assert axe_violations(p) == []
+    p.keyboard.press("Escape")
+    tab_to(p, ".history-item")
+    p.keyboard.press("Enter")  # the run just made, opened again
+    p.wait_for_function(
+        "() => document.querySelector('#announcer').textContent.includes('Opened run')"
+    )
+
+    # The notebook view by keys: the tabs move with the arrows, the file picker opens on Enter.
+    p.locator("#tab-code").focus()
+    p.keyboard.press("ArrowRight")
+    assert p.evaluate("document.activeElement.id") == "tab-notebook"
+    assert p.locator("#notebook-view").is_visible() and not p.locator("#code-view").is_visible()
+    tab_to(p, "#open-notebook")
+    with p.expect_file_chooser() as chooser:
+        p.keyboard.press("Enter")
+    path = tmp_path / "keys.ipynb"
+    path.write_text(ipynb(("markdown", "# Keys"), ("code", "print('cell by keys')")))
+    chooser.value.set_files(str(path))
+    p.wait_for_selector("#notebook-view .code-cell")
+    assert "Opened" in page.said()
+    tab_to(p, "#run-all")
+    p.keyboard.press("Enter")
+    assert page.wait_status(*FINAL, which="#nb-status") == "succeeded"
+    p.wait_for_function("() => document.querySelector('#announcer').textContent.includes('Replay')")
+    assert axe_violations(p) == []
+    page.assert_clean()
 
 
 # --- a gateway with tokens ----------------------------------------------------------------
@@ -264,31 +596,43 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]
         gateway.stop()
 
 
-def test_with_tokens_the_page_asks_for_one(browser: Any, secured: GatewayThread) -> None:
-    context = browser.new_context(accept_downloads=True)
-    try:
-        page = Page(context.new_page(), f"http://127.0.0.1:{secured.port}")
-        p = page.page
-        assert p.locator("#token-row").is_visible()
-        page.type_code("print(6 * 7)")
-        p.locator("#run").click()
-        assert "token" in p.locator("#message").inner_text()
+def test_with_tokens_the_page_asks_for_one(context: Any, secured: GatewayThread) -> None:
+    page = Page(context.new_page(), f"http://127.0.0.1:{secured.port}")
+    p = page.page
+    assert p.locator("#token-row").is_visible()
+    assert "token" in p.locator("#history-message").inner_text()
+    page.type_code("print(6 * 7)")
+    p.locator("#run").click()
+    assert "token" in p.locator("#message").inner_text()
 
-        p.fill("#token", "not-the-right-token-at-all")
-        p.locator("#run").click()
-        assert page.wait_status("error") == "error"
-        assert p.locator("#connection").get_attribute("data-state") == "failed"
+    p.fill("#token", "not-the-right-token-at-all")
+    p.locator("#run").click()
+    assert page.wait_status("error") == "error"
+    assert p.locator("#connection").get_attribute("data-state") == "failed"
 
-        p.fill("#token", TOKEN)
-        p.locator("#run").click()
-        assert page.wait_status("succeeded", "failed", "error") == "succeeded"
-        assert p.locator(".stream.stdout").inner_text() == "42\n"
-        assert p.evaluate("sessionStorage.getItem('gateway-token')") == TOKEN
-        with p.expect_download() as download:
-            p.locator("#download").click()
-        notebook = nbformat.reads(Path(download.value.path()).read_text(), as_version=4)
-        assert notebook.cells[0].outputs[0]["text"] == "42\n"
-        # the refused handshake is the only console error
-        assert all("WebSocket" in e or "401" in e for e in page.errors), page.errors
-    finally:
-        context.close()
+    p.fill("#token", TOKEN)
+    p.locator("#token").dispatch_event("change")
+    p.locator("#run").click()
+    assert page.wait_status(*FINAL) == "succeeded"
+    assert p.locator(".stream.stdout").inner_text() == "42\n"
+    assert p.evaluate("sessionStorage.getItem('gateway-token')") == TOKEN
+    _, data = downloaded(p, p.locator("#download").click)
+    assert nbformat.reads(data.decode(), as_version=4).cells[0].outputs[0]["text"] == "42\n"
+    # the history is read with the token, and again after a reload (the tab keeps it)
+    p.locator(".history-item").first.wait_for()
+    page.reload()
+    p.locator(".history-item").first.wait_for()
+    assert "print(6 * 7)" in p.locator(".history-item").first.inner_text()
+    # the refused handshake and the history read without a token are the only errors
+    assert all("WebSocket" in e or "401" in e for e in page.console_errors()), page.errors
+    assert page.violations() == []
+
+
+def test_the_page_never_loads_anything_from_elsewhere(page: Page) -> None:
+    """Everything the page loads is the gateway's own (no CDN, no fonts, no analytics)."""
+    p = page.page
+    loaded = p.evaluate("() => performance.getEntriesByType('resource').map((e) => e.name)")
+    assert loaded and all(name.startswith(page.base + "/") for name in loaded), loaded
+    assert {name.split("/")[3] for name in loaded} == {"static", "v1"}, loaded
+    scripts = p.evaluate("() => [...document.scripts].map((s) => s.src)")
+    assert len(scripts) == 1 and scripts[0].startswith(page.base + "/static/dist/page-")

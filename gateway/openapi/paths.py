@@ -75,17 +75,14 @@ RUN_ID = {
 }
 PAGE = (
     "Public (the page holds no data): it asks for the token when the gateway has tokens and "
-    "sends it only in the WebSocket handshake. Sent with a strict Content-Security-Policy "
-    "(scripts and styles from this gateway only, nothing may frame it)."
+    "sends it in the WebSocket handshake and as a Bearer header to the runs API (the "
+    "history). Sent with a strict Content-Security-Policy (scripts and styles from this "
+    "gateway only, no inline script, inline style only by a nonce and a hash; nothing may "
+    "frame it)."
 )
 PAGE_FILES = {
-    "text/html": TEXT,
     "text/javascript": TEXT,
     "text/css": TEXT,
-    "image/svg+xml": TEXT,
-    "image/png": BINARY,
-    "image/x-icon": BINARY,
-    "text/plain": TEXT,
     "application/json": {},
 }
 
@@ -458,7 +455,7 @@ PATHS: dict[str, Schema] = {
         "get": operation(
             "pageFile",
             "stream",
-            "The page's scripts, styles and images",
+            "The page's bundle: its scripts, style sheet and their source maps",
             PAGE,
             {
                 "200": {
@@ -474,7 +471,8 @@ PATHS: dict[str, Schema] = {
                         "name": "name",
                         "in": "path",
                         "required": True,
-                        "description": "a file of the page, e.g. `app.js`, `style.css`",
+                        "description": "a file of the page's bundle, named after its content, "
+                        "e.g. `dist/page-7WPP5CGY.js` (the page names the current ones)",
                         "schema": TEXT,
                     }
                 ]

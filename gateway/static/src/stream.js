@@ -1,4 +1,5 @@
-// A client for WebSocket /v1/stream: one connection, many runs, events routed by `ref`.
+// A client for WebSocket /v1/stream: one connection, many runs and notebook replays, events
+// routed by `ref` to the handlers of the run that asked (one per event type).
 
 export class StreamClient {
   /**
@@ -73,11 +74,23 @@ export class StreamClient {
   }
 
   /** Start a run; `handlers` has accepted, output, output_dropped, done, error, onClosed. */
-  async run(fields, handlers) {
+  run(fields, handlers) {
+    return this.start("run", fields, handlers);
+  }
+
+  /**
+   * Replay a notebook; `handlers` also has cell_started and cell_finished, and outputs carry
+   * the cell's `index`. `done` brings the run record and the executed notebook.
+   */
+  notebook(fields, handlers) {
+    return this.start("notebook", fields, handlers);
+  }
+
+  async start(type, fields, handlers) {
     await this.connect();
-    const ref = `r${Date.now().toString(36)}-${++this.counter}`;
+    const ref = `${type[0]}${Date.now().toString(36)}-${++this.counter}`;
     this.runs.set(ref, handlers);
-    this.socket.send(JSON.stringify({ type: "run", ref, ...fields }));
+    this.socket.send(JSON.stringify({ type, ref, ...fields }));
     return ref;
   }
 

@@ -1,5 +1,8 @@
 // Renders nbformat outputs into the page without ever running them in the page's origin:
-// text goes in as text, images as <img> data URLs (SVG too), HTML in a sandboxed iframe.
+// text goes in as text, images as <img> data URLs (SVG too), HTML in a sandboxed iframe,
+// markdown cleaned (markdown.js).
+import FRAME_STYLE from "./frame.css" with { type: "text" };
+import { renderMarkdown } from "./markdown.js";
 
 const ANSI = /\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]/g;
 
@@ -7,7 +10,7 @@ export function stripAnsi(text) {
   return String(text).replace(ANSI, "");
 }
 
-function joinText(value) {
+export function joinText(value) {
   return Array.isArray(value) ? value.join("") : String(value ?? "");
 }
 
@@ -18,7 +21,7 @@ function el(tag, className, text) {
   return node;
 }
 
-function image(mime, data) {
+export function image(mime, data) {
   const img = el("img", "image-output");
   img.alt = "image output";
   if (mime === "image/svg+xml") {
@@ -29,44 +32,61 @@ function image(mime, data) {
   return img;
 }
 
+// The untrusted HTML is never parsed in the page (a parse here would also report its inline
+// styles as CSP violations of the page): it is only measured and trimmed as text.
+
 // A sandboxed iframe cannot tell us its height (no scripts run in it), so estimate it from
-// an inert parse (DOMParser runs no scripts and loads nothing); the user can resize.
+// the markup; the user can resize.
 function estimateHeight(html) {
-  const doc = new DOMParser().parseFromString(html, "text/html");
-  const rows = doc.querySelectorAll("tr").length;
-  const blocks = doc.querySelectorAll("p, div, li, h1, h2, h3, h4, br, pre").length;
-  const lines = (doc.body?.textContent || "").split("\n").length;
+  const count = (pattern) => (html.match(pattern) || []).length;
+  const rows = count(/<tr\b/gi);
+  const blocks = count(/<(p|div|li|h[1-4]|br|pre)\b/gi);
+  const lines = html.replace(/<[^>]*>/g, "").split("\n").length;
   const guess = 20 + rows * 25 + blocks * 18 + (rows ? 0 : Math.min(lines, 20) * 4);
   return Math.max(48, Math.min(guess, 480));
 }
 
-const FRAME_STYLE = `<style>
-  body { font: 13px/1.4 system-ui, sans-serif; margin: 6px; color: #1d2330; }
-  table { border-collapse: collapse; border: 0; }
-  th, td { padding: 3px 8px; border: 0; border-bottom: 1px solid #e3e6ee; text-align: right; }
-  thead th { border-bottom: 1px solid #9aa3b5; }
-  tbody tr:nth-child(odd) { background: #f6f7fb; }
-</style>`;
+// The frame's one inline style is allowed by its hash in the page's CSP (which a srcdoc frame
+// inherits); the output's own styles would be refused there, so they are left out rather than
+// reported as violations (one that escapes these patterns is refused all the same). Its
+// scripts stay: the sandbox (no allow-scripts) is what stops them.
+const STYLE_ELEMENT = /<style\b[^>]*>[\s\S]*?<\/style\s*>/gi;
+const LINK_ELEMENT = /<link\b[^>]*>/gi;
+const STYLE_ATTRIBUTE = /(<[a-z][^>]*?)\s+style\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+)/gi;
+
+function withoutStyles(html) {
+  let out = html.replace(STYLE_ELEMENT, "").replace(LINK_ELEMENT, "");
+  for (let before = null; before !== out;) {
+    before = out;
+    out = out.replace(STYLE_ATTRIBUTE, "$1");
+  }
+  return out;
+}
 
 function htmlFrame(html) {
   const frame = el("iframe", "html-output");
   frame.setAttribute("sandbox", ""); // no scripts, opaque origin, no forms, no popups
   frame.setAttribute("referrerpolicy", "no-referrer");
   frame.setAttribute("title", "HTML output");
-  frame.srcdoc = `<!doctype html><meta charset="utf-8">${FRAME_STYLE}${html}`;
-  frame.style.height = `${estimateHeight(html)}px`;
+  const trimmed = withoutStyles(html);
+  frame.srcdoc = `<!doctype html><meta charset="utf-8"><style>${FRAME_STYLE}</style>${trimmed}`;
+  frame.style.height = `${estimateHeight(trimmed)}px`;
   return frame;
 }
+
+export const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"];
 
 // The richest representation we can show safely.
 export function renderBundle(data) {
   data = data || {};
-  for (const mime of ["image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"]) {
+  for (const mime of IMAGE_TYPES) {
     if (data[mime] !== undefined) return image(mime, data[mime]);
   }
   if (data["text/html"] !== undefined) return htmlFrame(joinText(data["text/html"]));
   if (data["text/markdown"] !== undefined) {
-    return el("pre", "text-output", joinText(data["text/markdown"]));
+    const node = el("div", "markdown markdown-output");
+    node.append(renderMarkdown(data["text/markdown"]));
+    return node;
   }
   if (data["application/json"] !== undefined) {
     return el("pre", "text-output", JSON.stringify(data["application/json"], null, 2));
@@ -87,8 +107,13 @@ function renderError(output) {
 
 /** The outputs of one run, live: streams merge, displays update, clear_output clears. */
 export class OutputView {
-  constructor(container) {
+  /**
+   * @param {HTMLElement} container  where the outputs go
+   * @param {{onImage?: (data: object) => void}} options  told of every image shown (the gallery)
+   */
+  constructor(container, { onImage } = {}) {
     this.container = container;
+    this.onImage = onImage || (() => {});
     this.displays = new Map(); // display_id -> [wrapper elements]
     this.lastStream = null;
   }
@@ -122,6 +147,7 @@ export class OutputView {
     } else if (kind === "display_data" || kind === "execute_result") {
       node = el("div", `display ${kind}`);
       node.append(renderBundle(output.data));
+      if (IMAGE_TYPES.some((mime) => output.data?.[mime] !== undefined)) this.onImage(output.data, output.metadata);
       if (displayId) {
         const shown = this.displays.get(displayId) || [];
         shown.push(node);

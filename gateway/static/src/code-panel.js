@@ -1,0 +1,230 @@
+// The Code view: the editor, Run and Cancel, the run's live outputs, status and notes, the
+// run as a notebook to download; and a run from the history shown again, ready to re-run.
+import { byId, el } from "./dom.js";
+import { createEditor } from "./editor.js";
+import { formatDuration } from "./format.js";
+import { chartsOf, fromBundle } from "./gallery.js";
+import { OutputView } from "./render.js";
+import { StatusBar } from "./status.js";
+
+const SAMPLES = {
+  python: [
+    "import sys, time",
+    "print('hello from a fresh kernel')",
+    "print('this goes to stderr', file=sys.stderr)",
+    "",
+    "import matplotlib.pyplot as plt",
+    "plt.plot([1, 4, 2, 8, 5])",
+    "plt.title('a chart')",
+    "plt.show()",
+    "",
+    "import pandas as pd",
+    "pd.DataFrame({'x': [1, 2, 3], 'y': [4.5, 5.5, 6.5]})",
+  ].join("\n"),
+  bash: ["echo \"hello from $(uname -s)\"", "echo 'to stderr' >&2", "ls -la"].join("\n"),
+  javascript: [
+    "console.log('hello from Deno', Deno.version.deno);",
+    "console.error('this goes to stderr');",
+    "const squares = [1, 2, 3].map((n) => n * n);",
+    "Deno.jupyter.html`<b>${squares.join(', ')}</b>`",
+  ].join("\n"),
+  typescript: [
+    "const greet = (name: string): string => `hello, ${name}`;",
+    "console.log(greet('TypeScript'));",
+    "const result: number[] = [1, 2, 3].map((n) => n * n);",
+    "result",
+  ].join("\n"),
+};
+
+const DRAFT_KEY = "gateway-draft"; // the editor's text and language, kept across reloads
+
+export class CodePanel {
+  /**
+   * @param {{client, api, files, gallery, history, announcer, auth, onDownload}} app
+   *   the page's shared parts (main.js)
+   */
+  constructor(app) {
+    this.app = app;
+    this.ui = {
+      language: byId("language"),
+      timeout: byId("timeout"),
+      run: byId("run"),
+      cancel: byId("cancel"),
+      rerun: byId("rerun"),
+      download: byId("download"),
+      runTitle: byId("run-title"),
+      message: byId("message"),
+      outputs: byId("outputs"),
+      notes: byId("notes"),
+    };
+    this.status = new StatusBar({ status: byId("status"), exitCode: byId("exit-code"), duration: byId("duration") });
+    this.view = new OutputView(this.ui.outputs, { onImage: (data, meta) => app.gallery.add(fromBundle(data, meta)) });
+    this.current = null; // the run in progress: {ref, id, started, dropped, cancelRequested}
+    this.shown = null; // the run record on show
+
+    const draft = readDraft();
+    this.ui.language.value = draft?.language in SAMPLES ? draft.language : "python";
+    this.editor = createEditor(byId("editor"), {
+      doc: draft?.code ?? SAMPLES[this.ui.language.value],
+      language: this.ui.language.value,
+      label: "Code to run",
+      onRun: () => this.run(),
+      onChange: () => this.saveDraft(),
+    });
+
+    this.ui.language.addEventListener("change", () => this.languageChanged());
+    this.ui.run.addEventListener("click", () => this.run());
+    this.ui.cancel.addEventListener("click", () => this.cancel());
+    this.ui.rerun.addEventListener("click", () => this.rerun());
+    this.ui.download.addEventListener("click", (event) => app.onDownload(event, this.ui.download));
+    this.status.set("idle");
+  }
+
+  get busy() {
+    return this.current !== null;
+  }
+
+  saveDraft() {
+    try {
+      localStorage.setItem(DRAFT_KEY, JSON.stringify({ code: this.editor.text, language: this.ui.language.value }));
+    } catch {
+      // storage full or refused: the draft is only a comfort
+    }
+  }
+
+  languageChanged() {
+    // a sample (of any language) is replaced by the new language's; the user's code is kept
+    const text = this.editor.text;
+    if (!text.trim() || Object.values(SAMPLES).includes(text)) this.editor.text = SAMPLES[this.ui.language.value];
+    this.editor.setLanguage(this.ui.language.value);
+    this.saveDraft();
+  }
+
+  showMessage(text) {
+    this.ui.message.textContent = text;
+    this.ui.message.hidden = !text;
+  }
+
+  setBusy(busy) {
+    this.ui.run.disabled = busy;
+    this.ui.cancel.disabled = !busy;
+    this.ui.language.disabled = busy;
+    this.ui.rerun.disabled = busy;
+  }
+
+  /** Clear the result side for a new run (or a run from the history). */
+  reset() {
+    this.showMessage("");
+    this.view.clear();
+    this.ui.notes.replaceChildren();
+    this.ui.download.hidden = true;
+    this.ui.rerun.hidden = true;
+    this.ui.runTitle.hidden = true;
+    this.app.gallery.clear();
+  }
+
+  async run() {
+    if (this.current) return;
+    if (!this.app.auth.ready()) return;
+    const code = this.editor.text;
+    this.reset();
+    this.status.set("starting");
+    this.setBusy(true);
+    this.app.announcer.say("Run starting.");
+    const mine = (this.current = { ref: null, id: null, started: performance.now(), dropped: 0 });
+    try {
+      const files = await this.app.files.payload();
+      const fields = { code, language: this.ui.language.value, timeout: Number(this.ui.timeout.value) || 30 };
+      if (files.length) fields.files = files;
+      mine.ref = await this.app.client.run(fields, {
+        accepted: (event) => this.accepted(mine, event),
+        output: (event) => mine === this.current && this.view.add(event.output, event.display_id, event.update),
+        output_dropped: (event) => { mine.dropped += event.dropped || 1; },
+        done: (event) => this.done(mine, event.run),
+        error: (event) => this.failed(mine, event.error?.message || "The run was refused."),
+        onClosed: () => this.failed(mine, "The connection closed; the run was cancelled."),
+      });
+    } catch (err) {
+      this.failed(mine, err.message);
+    }
+  }
+
+  accepted(run, event) {
+    run.id = event.id;
+    this.status.set("running");
+    this.status.startTimer(run.started);
+    this.app.announcer.say("Running.");
+    if (run.cancelRequested) this.app.client.cancel(run.id);
+  }
+
+  done(run, record) {
+    if (run !== this.current) return;
+    this.status.stop();
+    // The live view equals the record unless live outputs were dropped or cut.
+    const cut = run.dropped || record.output_truncated || record.stdout_truncated || record.stderr_truncated;
+    this.current = null;
+    this.setBusy(false);
+    this.showRecord(record, { replaceOutputs: cut });
+    this.app.announcer.say(`Run ${record.status.replace("_", " ")}${record.exit_code === null || record.exit_code === undefined ? "" : `, exit code ${record.exit_code}`}, in ${formatDuration(record.usage?.wall_ms)}.`);
+    this.app.history.mark(record.id);
+    this.app.history.reload();
+  }
+
+  failed(run, message) {
+    if (run !== this.current) return;
+    this.status.stop();
+    this.status.set("error");
+    this.showMessage(message);
+    this.app.announcer.say(`The run failed to start: ${message}`);
+    this.current = null;
+    this.setBusy(false);
+  }
+
+  cancel() {
+    if (!this.current) return;
+    this.current.cancelRequested = true;
+    this.status.set("cancelling");
+    if (this.current.id) this.app.client.cancel(this.current.id);
+  }
+
+  /** Show a finished run's record: status, notes, download, charts (and its outputs). */
+  showRecord(record, { replaceOutputs = true } = {}) {
+    this.shown = record;
+    if (replaceOutputs) this.view.showAll(record.outputs);
+    this.status.set(record.status, { exitCode: record.exit_code, ms: record.usage?.wall_ms });
+    this.ui.notes.replaceChildren(...(record.notes || []).map((note) => el("li", {}, note)));
+    this.ui.download.hidden = false;
+    this.ui.download.href = `/v1/runs/${encodeURIComponent(record.id)}/notebook`;
+    this.ui.download.download = `${record.id}.ipynb`;
+    this.ui.download.dataset.runId = record.id;
+    this.ui.rerun.hidden = false;
+    this.app.gallery.show(chartsOf(record.outputs, record.charts), record.id);
+  }
+
+  /** A run from the history: its code in the editor, its record and outputs on show. */
+  showFromHistory(record, code, language) {
+    if (this.current) return;
+    this.reset();
+    if (code !== null) {
+      this.ui.language.value = language in SAMPLES ? language : "python";
+      this.editor.setLanguage(this.ui.language.value);
+      this.editor.text = code;
+    }
+    this.ui.runTitle.textContent = `${record.id}, from your history`;
+    this.ui.runTitle.hidden = false;
+    this.showRecord(record);
+  }
+
+  rerun() {
+    if (!this.current) this.run();
+  }
+}
+
+function readDraft() {
+  try {
+    const draft = JSON.parse(localStorage.getItem(DRAFT_KEY) || "null");
+    return draft && typeof draft.code === "string" ? draft : null;
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,236 @@
+// The page: a code editor and a notebook front end over one WebSocket, the caller's history,
+// the files a run needs, and a gallery of charts. This module only wires the parts together;
+// each part is a module of its own.
+import "./page.css";
+import { Api } from "./api.js";
+import { CodePanel } from "./code-panel.js";
+import { byId, el, saveBlob } from "./dom.js";
+import { FileStage, fromDrop, fromInput, sortPicked } from "./files.js";
+import { formatBytes } from "./format.js";
+import { Gallery } from "./gallery.js";
+import { History } from "./history.js";
+import { NotebookError, parseNotebook } from "./notebook-file.js";
+import { NotebookPanel } from "./notebook-panel.js";
+import { joinText } from "./render.js";
+import { Announcer } from "./status.js";
+import { StreamClient } from "./stream.js";
+import { Tabs } from "./tabs.js";
+
+// --- the token ------------------------------------------------------------------------
+
+const TOKEN_KEY = "gateway-token"; // this tab's session only
+const needsToken = document.querySelector('meta[name="gateway-auth"]')?.content === "token";
+const tokenInput = byId("token");
+const token = () => (needsToken ? tokenInput.value.trim() : "");
+
+const auth = {
+  /** False (and says why) when this gateway wants a token and none was given. */
+  ready() {
+    if (!needsToken) return true;
+    if (!token()) {
+      app.showMessage("This gateway needs a token: paste it into the Token field.");
+      tokenInput.focus();
+      return false;
+    }
+    sessionStorage.setItem(TOKEN_KEY, token());
+    return true;
+  },
+};
+
+// --- the shared parts -----------------------------------------------------------------
+
+const connection = byId("connection");
+const LABELS = {
+  connecting: "connecting…",
+  open: "connected",
+  closed: "disconnected",
+  failed: "connection refused",
+  error: "error",
+};
+
+function showConnection(state, detail) {
+  connection.dataset.state = state;
+  connection.textContent = LABELS[state] || state;
+  if (state === "error" && detail) app.showMessage(detail);
+}
+
+const api = new Api(token);
+const announcer = new Announcer(byId("announcer"));
+const gallery = new Gallery({
+  section: byId("gallery"),
+  list: byId("gallery-list"),
+  dialog: byId("chart-dialog"),
+  title: byId("chart-title"),
+  figure: byId("chart-figure"),
+  png: byId("chart-png"),
+  svg: byId("chart-svg"),
+  svgHint: byId("chart-svg-hint"),
+  close: byId("chart-close"),
+});
+const files = new FileStage(renderFiles);
+const history = new History(
+  { list: byId("history-list"), more: byId("history-more"), message: byId("history-message"), refresh: byId("history-refresh") },
+  api,
+  (summary) => openRun(summary),
+);
+
+const app = {
+  client: new StreamClient(token, showConnection),
+  api,
+  auth,
+  announcer,
+  gallery,
+  history,
+  files,
+  onDownload: downloadRunNotebook,
+  showMessage: (text) => (tabs.selected === "notebook" ? notebook : code).showMessage(text),
+};
+
+const code = new CodePanel(app);
+const notebook = new NotebookPanel(app);
+const tabs = new Tabs([byId("tab-code"), byId("tab-notebook")], { code: byId("code-view"), notebook: byId("notebook-view") });
+
+// --- a run from the history -----------------------------------------------------------
+
+async function openRun(summary) {
+  if (code.busy || notebook.busy) {
+    app.showMessage("Wait for the run in progress to end (or cancel it) before opening another.");
+    return;
+  }
+  try {
+    const [record, nb] = await Promise.all([api.getRun(summary.id), api.getNotebook(summary.id).catch(() => null)]);
+    history.mark(record.id);
+    if (summary.kind === "notebook" && nb) {
+      notebook.open(nb, `${record.id}.ipynb`, { executedBy: record });
+      tabs.select("notebook");
+    } else {
+      const cell = nb?.cells?.find((c) => c.cell_type === "code");
+      code.showFromHistory(record, cell ? joinText(cell.source) : null, record.language);
+      tabs.select("code");
+    }
+    announcer.say(`Opened run ${record.id}: ${record.status.replace("_", " ")}.`);
+  } catch (err) {
+    app.showMessage(`The run could not be opened: ${err.message}`);
+  }
+}
+
+/** A run's notebook: a plain link without tokens, else fetched with the header. */
+async function downloadRunNotebook(event, link) {
+  if (!needsToken) return;
+  event.preventDefault();
+  const id = link.dataset.runId;
+  try {
+    saveBlob(await api.blob(`/v1/runs/${encodeURIComponent(id)}/notebook`), `${id}.ipynb`);
+  } catch (err) {
+    app.showMessage(`Download failed: ${err.message}`);
+  }
+}
+
+// --- notebooks and files: picked or dropped -------------------------------------------
+
+let choices = []; // the notebooks of the last pick or drop: [{path, file}]
+const choice = byId("notebook-choice");
+
+async function openNotebookFile(entry) {
+  let nb;
+  try {
+    nb = parseNotebook(await entry.file.text());
+  } catch (err) {
+    tabs.select("notebook");
+    notebook.showMessage(err instanceof NotebookError ? `${entry.path}: ${err.message}` : String(err));
+    return;
+  }
+  if (notebook.open(nb, entry.path.split("/").pop())) tabs.select("notebook");
+  else notebook.showMessage("Wait for the replay in progress to end (or cancel it) before opening another notebook.");
+}
+
+async function picked(entries) {
+  const { notebooks, files: staged, skipped, folder } = sortPicked(entries);
+  files.add(staged, skipped);
+  if (notebooks.length) {
+    choices = notebooks;
+    choice.replaceChildren(...notebooks.map((nb, i) => el("option", { value: String(i) }, nb.path)));
+    byId("notebook-choice-label").hidden = notebooks.length < 2;
+    await openNotebookFile(notebooks[0]);
+  }
+  if (staged.length) {
+    const where = folder ? ` from ${folder}/` : "";
+    announcer.say(`Staged ${staged.length} file${staged.length === 1 ? "" : "s"}${where}.`);
+  }
+}
+
+choice.addEventListener("change", () => openNotebookFile(choices[Number(choice.value)]));
+
+function pickWith(input) {
+  input.value = "";
+  input.click();
+}
+
+byId("open-notebook").addEventListener("click", () => pickWith(byId("notebook-input")));
+byId("add-files").addEventListener("click", () => pickWith(byId("files-input")));
+byId("add-folder").addEventListener("click", () => pickWith(byId("folder-input")));
+byId("clear-files").addEventListener("click", () => files.clear());
+for (const id of ["notebook-input", "files-input", "folder-input"]) {
+  const input = byId(id);
+  input.addEventListener("change", () => picked(fromInput(input.files)));
+}
+
+function renderFiles() {
+  const list = byId("file-list");
+  list.replaceChildren(
+    ...files.list().map(([path, file]) => {
+      const remove = el("button", { type: "button", class: "small remove", "aria-label": `Remove ${path}` }, "×");
+      remove.addEventListener("click", () => files.remove(path));
+      return el("li", {}, el("span", { class: "file-path" }, path), el("span", { class: "meta" }, formatBytes(file.size)), remove);
+    }),
+  );
+  const count = files.files.size;
+  const skipped = files.skipped;
+  byId("clear-files").disabled = !count;
+  byId("files-summary").textContent = [
+    count ? `${count} file${count === 1 ? "" : "s"}, ${formatBytes(files.size)}.` : "No files: runs start in an empty folder.",
+    skipped.length ? `Left out: ${skipped.slice(0, 5).join(", ")}${skipped.length > 5 ? ` and ${skipped.length - 5} more` : ""}.` : "",
+  ].filter(Boolean).join(" ");
+}
+
+// Drop anywhere on the page.
+const overlay = byId("drop-overlay");
+const carriesFiles = (event) => [...(event.dataTransfer?.types || [])].includes("Files");
+document.addEventListener("dragover", (event) => {
+  if (!carriesFiles(event)) return;
+  event.preventDefault();
+  event.dataTransfer.dropEffect = "copy";
+  overlay.hidden = false;
+});
+document.addEventListener("dragleave", (event) => {
+  if (event.relatedTarget === null) overlay.hidden = true;
+});
+document.addEventListener("drop", async (event) => {
+  overlay.hidden = true;
+  if (!carriesFiles(event)) return;
+  event.preventDefault();
+  picked(await fromDrop(event.dataTransfer));
+});
+
+// --- keys, token, start ---------------------------------------------------------------
+
+document.addEventListener("keydown", (event) => {
+  // Ctrl+Enter outside an editor runs what is on show (inside one, the editor's own key does).
+  if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey) || event.defaultPrevented) return;
+  if (event.target.closest?.(".cm-editor")) return;
+  event.preventDefault();
+  if (tabs.selected === "notebook") notebook.runAll();
+  else code.run();
+});
+
+if (needsToken) {
+  byId("token-row").hidden = false;
+  tokenInput.value = sessionStorage.getItem(TOKEN_KEY) || "";
+  tokenInput.addEventListener("change", () => {
+    sessionStorage.setItem(TOKEN_KEY, token());
+    history.reload();
+  });
+}
+renderFiles();
+history.reload();
+document.body.dataset.ready = "true";
