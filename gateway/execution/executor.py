@@ -29,7 +29,7 @@ from typing import Any
 
 from gateway.execution.collector import OutputListener, json_size
 from gateway.execution.errorcap import clip_middle
-from gateway.execution.kernel_code import DENO_RESULT, python_result, setup_code
+from gateway.execution.kernel_code import python_result, result_code, setup_code
 from gateway.execution.outcome import Outcome, Tally, apply_outcome, exit_code_of
 from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
@@ -196,7 +196,11 @@ class Execution:
         outcome = Outcome(last=last)
         if last.ending == "finished" and self.program.reads_result:
             outcome.result, outcome.result_note, failure = await read_result(
-                session, self.settings, self._ipykernel, last.reply
+                session,
+                self.settings,
+                self._ipykernel,
+                last.reply,
+                result_code(self.program.language, self.settings.result_cap_bytes),
             )
             if failure:
                 self.tally.notes.append(failure)
@@ -236,15 +240,16 @@ async def read_result(
     settings: Settings,
     user_expressions: bool,
     last_reply: dict[str, Any] | None = None,
+    code: str = "",
 ) -> tuple[Any, str | None, str | None]:
     """The kernel's global `result` (else `output`); why the code's value was not returned
     (not JSON-serialisable, larger than `result_cap_bytes` as JSON, nested deeper than
     `max_json_depth`), or why nothing could be read back at all.
 
     ipykernel evaluates it as a user expression: of the last cell's request when that cell
-    succeeded (`last_reply` carries it), else of a silent request made now. Deno's kernel
-    has no user expressions, so there it is the `execute_result` of a request without
-    history, which no cell sees."""
+    succeeded (`last_reply` carries it), else of a silent request made now. Deno's and
+    IRkernel's have no user expressions, so there it is the `execute_result` of `code`
+    (`kernel_code.result_code`) in a request without history, which no cell sees."""
     data: dict[str, Any] | None
     if user_expressions:
         evaluated = evaluated_result(last_reply)
@@ -262,7 +267,7 @@ async def read_result(
             found = evaluated.get("data")
             data = found if isinstance(found, dict) else {}
     else:
-        data = await session.display_value(DENO_RESULT, timeout=SETUP_TIMEOUT)
+        data = await session.display_value(code, timeout=SETUP_TIMEOUT)
     if data is None:
         return None, None, "`result` could not be read back from the kernel."
     value = data.get("application/json")

@@ -79,6 +79,7 @@ class RunService:
                 "ipykernel": settings.pool_python,
                 "bash": settings.pool_bash,
                 "deno": settings.pool_deno,
+                "irkernel": settings.pool_r,
             },
         )
         self._teardowns: set[asyncio.Task[None]] = set()
