@@ -12,8 +12,8 @@
             async for event in run:
                 ...
 
-Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `Upload`;
-`NotebookResult` for a replay). Error answers are raised as the exception tree of
+Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `Upload`,
+`Environment`; `NotebookResult` for a replay). Error answers are raised as the exception tree of
 `gateway.client.errors` (`InvalidRequest` with `field`, `RateLimited` with
 `retry_after`, ...); no answer at all is `Unreachable`. The package is also the home of
 `gateway run` (`run.py`) and `gateway mcp` (`mcp.py`); it imports nothing of the server.

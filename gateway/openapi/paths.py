@@ -335,6 +335,20 @@ PATHS: dict[str, Schema] = {
             public=True,
         )
     },
+    "/v1/environment": {
+        "get": operation(
+            "environment",
+            "operations",
+            "What the kernels have: languages, kernels, installed packages",
+            "The languages a run may ask for on this gateway, each with its kernel and their "
+            "versions and the packages its code can import, read from the kernels' own "
+            "environment (the kernel image lists its contents when it is built; the local "
+            "backend lists the environment it runs kernels from). Runs have no network, so "
+            "nothing else can be installed at run time. `source: unknown` when the backend "
+            "could not tell (then every supported language is listed, without packages).",
+            {"200": answer("Environment", "The kernels' environment."), **errors(401, 413)},
+        )
+    },
     "/metrics": {
         "get": operation(
             "metrics",
