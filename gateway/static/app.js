@@ -19,6 +19,10 @@ const ui = {
   message: $("message"),
   outputs: $("outputs"),
   notes: $("notes"),
+  environment: $("environment"),
+  environmentSummary: $("environment-summary"),
+  environmentLanguages: $("environment-languages"),
+  packageFilter: $("package-filter"),
 };
 
 const SAMPLES = {
@@ -47,6 +51,13 @@ const SAMPLES = {
     "console.log(greet('TypeScript'));",
     "const result: number[] = [1, 2, 3].map((n) => n * n);",
     "result",
+  ].join("\n"),
+  r: [
+    "cat('hello from R', R.version.string, '\\n')",
+    "message('this goes to stderr')",
+    "library(ggplot2)",
+    "ggplot(mtcars, aes(wt, mpg)) + geom_point() + ggtitle('a chart')",
+    "head(mtcars)",
   ].join("\n"),
 };
 
@@ -206,6 +217,71 @@ async function download(event) {
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }
 
+// --- what the kernels have (GET /v1/environment) ---------------------------------------
+
+const LANGUAGE_LABELS = {
+  python: "Python", bash: "Bash", javascript: "JavaScript", typescript: "TypeScript", r: "R",
+};
+
+async function loadEnvironment() {
+  const token = ui.token.value.trim();
+  if (needsToken && !token) return;
+  let response;
+  try {
+    response = await fetch("/v1/environment", {
+      headers: needsToken ? { Authorization: `Bearer ${token}` } : {},
+    });
+  } catch {
+    return; // the page works without it
+  }
+  if (!response.ok) return;
+  showEnvironment(await response.json());
+}
+
+function showEnvironment(env) {
+  const known = env.source !== "unknown";
+  for (const option of ui.language.options) {
+    const entry = env.languages?.[option.value];
+    const label = LANGUAGE_LABELS[option.value] || option.value;
+    option.disabled = known && !entry;
+    option.textContent = !entry
+      ? `${label}${known ? " (not installed)" : ""}`
+      : entry.version ? `${label} ${entry.version}` : label;
+  }
+  const names = Object.keys(env.languages || {});
+  ui.environmentSummary.textContent = known
+    ? `(${env.image || env.backend}${env.profile ? `, ${env.profile}` : ""}: ${names.length} languages)`
+    : "(the backend does not say)";
+  ui.environmentLanguages.replaceChildren();
+  for (const name of names) {
+    const entry = env.languages[name];
+    const block = document.createElement("div");
+    block.className = "env-language";
+    block.dataset.language = name;
+    const title = document.createElement("h3");
+    const kernel = entry.kernel_version ? `${entry.kernel} ${entry.kernel_version}` : entry.kernel;
+    title.textContent = `${LANGUAGE_LABELS[name] || name} ${entry.version || ""} · ${kernel} · ${entry.packages.length} packages`;
+    const list = document.createElement("ul");
+    list.className = "packages";
+    for (const pkg of entry.packages) {
+      const item = document.createElement("li");
+      item.textContent = `${pkg.name} ${pkg.version}`;
+      item.dataset.name = pkg.name.toLowerCase();
+      list.append(item);
+    }
+    block.append(title, list);
+    ui.environmentLanguages.append(block);
+  }
+  filterPackages();
+}
+
+function filterPackages() {
+  const wanted = ui.packageFilter.value.trim().toLowerCase();
+  for (const item of ui.environmentLanguages.querySelectorAll("li")) {
+    item.hidden = Boolean(wanted) && !item.dataset.name.includes(wanted);
+  }
+}
+
 // --- editor comfort ------------------------------------------------------------------
 
 let tabLeaves = false;
@@ -225,7 +301,7 @@ ui.code.addEventListener("keydown", (event) => {
     tabLeaves = true;
   } else if (event.key === "Tab" && !tabLeaves && !event.shiftKey) {
     event.preventDefault();
-    insert(ui.language.value === "python" ? "    " : "  ");
+    insert(ui.language.value === "python" || ui.language.value === "r" ? "    " : "  ");
   } else if (event.key === "Enter" && !event.shiftKey) {
     // keep the indentation of the current line
     const before = ui.code.value.slice(0, ui.code.selectionStart);
@@ -247,6 +323,8 @@ ui.language.addEventListener("change", () => {
   if (!ui.code.value.trim() || isSample) ui.code.value = SAMPLES[ui.language.value];
 });
 
+ui.packageFilter.addEventListener("input", filterPackages);
+ui.token.addEventListener("change", loadEnvironment);
 ui.run.addEventListener("click", run);
 ui.cancel.addEventListener("click", cancel);
 ui.download.addEventListener("click", download);
@@ -265,4 +343,5 @@ if (needsToken) {
   ui.token.value = sessionStorage.getItem(TOKEN_KEY) || "";
 }
 setStatus("idle");
+loadEnvironment().finally(() => { ui.environment.dataset.loaded = "true"; });
 document.body.dataset.ready = "true";
