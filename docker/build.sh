@@ -43,6 +43,8 @@
 #                           /dev/null: the host's pip constraint file, if any,
 #                           must not shape the image; requirements are pinned)
 #   GATEWAY_IMAGE_PROFILE   the profile when --profile is not given (default datascience)
+#   GATEWAY_BUILD_NO_CACHE  1: `docker build --no-cache` (no layer of an earlier build is
+#                           reused; the base and the wheelhouse still are)
 #
 # Logs go to stderr; stdout carries only the final tag.
 set -euo pipefail
@@ -343,7 +345,7 @@ wheelhouse_hash() {
 
 # Prints the wheelhouse directory.
 ensure_wheelhouse() {
-    local req=$REPO_ROOT/$(profile_requirements) req_hash wheelhouse tmp pip
+    local req=$REPO_ROOT/$(profile_requirements) req_hash wheelhouse tmp pip t0
     local -a extra=()
     [ -z "$EXTRA_REQUIREMENTS" ] || extra=(-r "$EXTRA_REQUIREMENTS")
     req_hash=$(wheelhouse_hash)
@@ -351,6 +353,7 @@ ensure_wheelhouse() {
     if [ -d "$wheelhouse" ]; then
         log "wheelhouse cached: $wheelhouse"
     else
+        t0=$SECONDS
         pip=$(pip_cmd) || die "no pip on the host to download wheels with"
         tmp=$(mktemp -d "$CACHE_DIR/.wheelhouse-$req_hash.XXXXXX")
         log "downloading wheels into $tmp ($pip)"
@@ -369,7 +372,7 @@ ensure_wheelhouse() {
         fi
         chmod 0755 "$tmp"
         mv -T "$tmp" "$wheelhouse"
-        log "wheelhouse ready: $wheelhouse ($(find "$wheelhouse" -name '*.whl' | wc -l) wheels)"
+        log "wheelhouse ready in $((SECONDS - t0)) s: $wheelhouse ($(find "$wheelhouse" -name '*.whl' | wc -l) wheels, $(du -sm "$wheelhouse" | cut -f1) MB)"
     fi
     printf '%s\n' "$wheelhouse"
 }
@@ -423,8 +426,10 @@ main() {
             ensure_base_image
             wheelhouse=$(ensure_wheelhouse)
             assemble_context "$WORK/context" "$wheelhouse"
-            log "building $tag ($PROFILE) FROM $BASE"
-            DOCKER_BUILDKIT=0 docker build \
+            log "building $tag ($PROFILE) FROM $BASE, $((SECONDS - t0)) s so far"
+            local -a no_cache=()
+            [ "${GATEWAY_BUILD_NO_CACHE:-0}" != 1 ] || no_cache=(--no-cache)
+            DOCKER_BUILDKIT=0 docker build "${no_cache[@]}" \
                 --network none \
                 --force-rm \
                 --build-arg "BASE=$BASE" \
