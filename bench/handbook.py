@@ -5,10 +5,10 @@ The notebooks are not in this repository (their text is CC-BY-NC-ND): give a che
 jakevdp/PythonDataScienceHandbook (its `notebooks/` folder). Every notebook is replayed with
 `POST /v1/notebooks/run` and `allow_errors` on the Docker backend (the image of
 GATEWAY_DOCKER_IMAGE, else gateway-kernel:latest), with the files of its `data/` folder
-staged (and its helper modules); each failing cell is counted by its error's name. The promise checked: no
-`ModuleNotFoundError` or `ImportError` (what is left are the book's own errors: styles
-renamed by newer matplotlib, downloads without network). Results (JSON) go to
-bench/results/.
+and its helper modules staged; each failing cell is counted by its error's name. The
+promise checked: no `ModuleNotFoundError` or `ImportError` (what is left are the book's own
+errors: styles renamed by newer matplotlib, downloads without network). Results (JSON) go
+to bench/results/.
 
     .venv/bin/python bench/handbook.py PATH/TO/notebooks [--chapters 04,05] [--backend docker]
 """

@@ -38,8 +38,7 @@ CHART = (
     "plt.bar(['a', 'b', 'c'], [3, 5, 2])\nplt.title('votes')\nplt.show()"
 )
 PLOTLY = (
-    "import plotly.express as px\n"
-    "px.line(x=[1, 2, 3, 4], y=[2, 4, 3, 5], title='trend').show()"
+    "import plotly.express as px\npx.line(x=[1, 2, 3, 4], y=[2, 4, 3, 5], title='trend').show()"
 )
 GGPLOT = (
     "library(ggplot2)\n"
