@@ -7,7 +7,8 @@ For each image: its size (`docker image inspect`), the packages it lists
 image has it; then a gateway with a Python pool of one (default preloads): the idle pooled
 kernel's memory (its container's cgroup: usage less inactive file pages, as `docker stats`
 shows it, and the `rss` of memory.stat), a pooled `print(1)`, a pooled matplotlib chart, a
-pooled plotly figure and a cold ggplot2 plot where the image has them. Each pooled run
+pooled plotly figure and a cold ggplot2 plot where the image has them, and an idle pooled
+R kernel's memory. Each pooled run
 waits for the pool to refill first, so every one takes a ready kernel. Medians of
 `--runs` runs, client-observed wall time. Results (JSON) go to bench/results/.
 
@@ -87,9 +88,9 @@ def pooled_runs(gateway: GatewayThread, runs: int, **body: Any) -> dict[str, flo
     return {"wall_ms_p50": round(statistics.median(walls)), "wall_ms_min": round(min(walls))}
 
 
-def _ready(gateway: GatewayThread) -> int:
+def _ready(gateway: GatewayThread, kind: str = "ipykernel") -> int:
     assert gateway.gateway.services is not None
-    return int(gateway.gateway.services.runs.kernels.describe()["ipykernel"]["ready"])
+    return int(gateway.gateway.services.runs.kernels.describe()[kind]["ready"])
 
 
 def measure(image: str, runs: int, engine: docker.DockerClient) -> dict[str, Any]:
@@ -119,6 +120,16 @@ def measure(image: str, runs: int, engine: docker.DockerClient) -> dict[str, Any
             out["pooled_plotly_figure"] = pooled_runs(warm, runs, code=PLOTLY)
     finally:
         warm.stop()
+    if "r" in languages:
+        pooled_r = GatewayThread(
+            backend="docker", docker_image=image, **{**NO_POOLS, "pool_r": 1}
+        ).start()
+        try:
+            assert wait_for(lambda: _ready(pooled_r, "irkernel") == 1, timeout=120)
+            time.sleep(2)
+            out["idle_pooled_r"] = container_memory(engine, pooled_r.settings.instance_id or "")
+        finally:
+            pooled_r.stop()
     return out
 
 
