@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from typing import Any
 
 import nbformat
@@ -240,3 +241,15 @@ def test_a_pooled_r_kernel_serves_a_run(gateway: GatewayThread) -> None:
         assert pools.describe()["irkernel"]["hits"] == 1
     finally:
         server.stop()
+
+
+def test_without_r_a_run_in_r_is_refused_saying_why(local_client: Client) -> None:
+    """Where the kernels have no R (here: the local backend on a machine without R), a run in
+    R is 503 sandbox_unavailable naming what is missing, not a hang or a 500 (API.md)."""
+    if shutil.which("R") is not None:
+        pytest.skip("this machine has R: the local backend's kernels run it")
+    response = local_client.request("POST", "/v1/runs", {"code": "cat(1)", "language": "r"})
+    assert response.status == 503
+    error = response.json()["error"]
+    assert error["code"] == "sandbox_unavailable"
+    assert "R is not installed" in error["message"]
