@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -253,3 +254,35 @@ def test_without_r_a_run_in_r_is_refused_saying_why(local_client: Client) -> Non
     error = response.json()["error"]
     assert error["code"] == "sandbox_unavailable"
     assert "R is not installed" in error["message"]
+
+
+@pytest.mark.attack
+def test_what_is_planted_in_a_workspace_never_runs_when_r_starts(
+    gateway: GatewayThread, tmp_path: Path
+) -> None:
+    """R reads `.Rprofile` and `.Renviron` of its working folder and restores `.RData` when
+    it starts: in a persistent workspace a tenant's earlier run could plant them (as
+    `sitecustomize.py` for Python, issue 8 hole 3). R's kernel starts with `--vanilla`."""
+    kernel_environment.require(gateway, "r")
+    server = start_gateway(gateway.backend_name, workspaces=tmp_path / "ws")
+    try:
+        client = server.client()
+        planted = (
+            'writeLines(c("file.create(\'ran-rprofile\')", "planted_profile <- TRUE"),\n'
+            "           '.Rprofile')\n"
+            "writeLines('PLANTED_ENV=1', '.Renviron')\n"
+            "planted_data <- TRUE\nsave.image()\n"
+        )
+        record = run_r(client, planted, working_dir=".")
+        assert record["status"] == "succeeded", record["error"]
+        workspace = tmp_path / "ws" / "local"  # the single user's
+        assert {".Rprofile", ".Renviron", ".RData"} <= {p.name for p in workspace.iterdir()}
+        probe = (
+            "result <- list(profile = exists('planted_profile'), data = exists('planted_data'),\n"
+            "               env = Sys.getenv('PLANTED_ENV'))"
+        )
+        record = run_r(client, probe, working_dir=".")
+        assert record["result"] == {"profile": False, "data": False, "env": ""}
+        assert not (workspace / "ran-rprofile").exists()
+    finally:
+        server.stop()
