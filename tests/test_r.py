@@ -17,6 +17,7 @@ from tests import kernel_environment
 from tests.conftest import start_gateway
 from tests.notebook_compare import assert_drawn, assert_same_execution, decode_image
 from tests.support import REPO, Client, GatewayThread, wait_for
+from tests.test_cli_run import gateway_run
 
 R_NOTEBOOK = REPO / "notebooks" / "r" / "plots.ipynb"
 
@@ -212,6 +213,21 @@ def test_the_code_run_tool_runs_r(r: Client) -> None:
     assert response.status == 200, response.body[:500]
     assert response.json()["result"]["output"] == "42"
     assert response.json()["result"]["exit_code"] == 0
+
+
+def test_gateway_run_takes_an_r_script_by_its_suffix(
+    gateway: GatewayThread, tmp_path: Path
+) -> None:
+    kernel_environment.require(gateway, "r", "ggplot2")
+    (tmp_path / "plot.R").write_text(
+        "cat('drawing\\n')\n"
+        "library(ggplot2)\n"
+        "print(ggplot(data.frame(x = 1:3, y = c(2, 4, 3)), aes(x, y)) + geom_line())\n"
+        "quit(status = 2)\n"
+    )
+    done = gateway_run(tmp_path, "plot.R", url=f"http://127.0.0.1:{gateway.port}", token=None)
+    assert (done.returncode, done.stdout) == (2, "drawing\n"), done.stderr
+    assert (tmp_path / "plot-chart-1.png").read_bytes().startswith(b"\x89PNG")
 
 
 # --- notebooks and pools -------------------------------------------------------------------

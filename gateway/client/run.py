@@ -52,6 +52,7 @@ SCRIPT_LANGUAGES: dict[str, Language] = {
     ".mjs": "javascript",
     ".ts": "typescript",
     ".mts": "typescript",
+    ".r": "r",  # `.R` too: suffixes are compared in lower case
 }
 CHART_SUFFIXES = {
     "image/png": ".png",

@@ -219,7 +219,8 @@ PATHS: dict[str, Schema] = {
         "post": operation(
             "toolCodeRun",
             "tools",
-            "code_run: run Python or bash, get output, exit code and files",
+            "code_run: run Python, bash, JavaScript, TypeScript or R; get output, exit code and "
+            "files",
             "The code_run tool's call (its manual is in `reference/`).",
             {
                 "200": answer("CodeRunAnswer", "The tool's result."),
