@@ -262,14 +262,19 @@ def test_a_pooled_r_kernel_serves_a_run(gateway: GatewayThread) -> None:
 
 def test_without_r_a_run_in_r_is_refused_saying_why(local_client: Client) -> None:
     """Where the kernels have no R (here: the local backend on a machine without R), a run in
-    R is 503 sandbox_unavailable naming what is missing, not a hang or a 500 (API.md)."""
+    R is 400 unsupported_language saying so (API.md), as is a notebook in R: no sandbox is
+    started for it."""
     if shutil.which("R") is not None:
         pytest.skip("this machine has R: the local backend's kernels run it")
     response = local_client.request("POST", "/v1/runs", {"code": "cat(1)", "language": "r"})
-    assert response.status == 503
+    assert response.status == 400
     error = response.json()["error"]
-    assert error["code"] == "sandbox_unavailable"
-    assert "R is not installed" in error["message"]
+    assert (error["code"], error["field"]) == ("unsupported_language", "language")
+    assert "kernels have no 'r'" in error["message"]
+    stored = json.loads(R_NOTEBOOK.read_text(encoding="utf-8"))
+    response = local_client.request("POST", "/v1/notebooks/run", {"notebook": stored})
+    assert response.status == 400
+    assert response.json()["error"]["code"] == "unsupported_language"
 
 
 @pytest.mark.attack

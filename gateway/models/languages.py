@@ -42,6 +42,9 @@ class LanguageTraits:
     # the kernel listens on TCP ports of the sandbox's loopback (`kernels.deno.relay`):
     # its sandbox needs a network namespace of its own
     listens_on_loopback: bool = False
+    # the kernel may be missing where kernels run (R: not in a minimal image, nor on a
+    # machine without R): a run is refused (400) where the backend's environment lacks it
+    optional: bool = False
 
 
 _DENO = LanguageTraits(
@@ -60,7 +63,7 @@ TRAITS: dict[Language, LanguageTraits] = {
     "typescript": _DENO,
     # IRkernel publishes in order before `idle` (no fences); it takes no interrupt_request
     # (it stops on SIGINT only, and only between requests): the deadline kills
-    "r": LanguageTraits(kernel="irkernel", reads_result=True, interruptible=False),
+    "r": LanguageTraits(kernel="irkernel", reads_result=True, interruptible=False, optional=True),
 }
 
 
