@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
 # Build the gateway's kernel image from nothing, with no container registry.
 #
-#   docker/build.sh            # from any directory; prints the tag as the last stdout line
+#   docker/build.sh [--profile minimal|datascience] [--extra-requirements FILE]
+#       from any directory; prints the tag as the last stdout line
+#
+# Profiles (README.md, "The Docker backend": what each holds, its size and build time):
+#   minimal      Python (ipykernel, numpy, pandas, matplotlib), bash, JavaScript and
+#                TypeScript (Deno): docker/requirements.txt
+#   datascience  (the default) minimal and the scientific stack,
+#                docker/requirements-datascience.txt, and R through IRkernel from
+#                Debian's packages ($R_PACKAGES), in the base
+# --extra-requirements FILE: an operator's own pinned requirements (one per line; no pip
+#   options), downloaded as wheels with the profile's and installed with them, offline;
+#   the file's content is part of the input hash.
 #
 # Steps (each one cached):
-#   1. input hash over docker/Dockerfile, docker/requirements.txt,
-#      docker/build.sh and every file under kernels/ (no __pycache__, *.pyc);
-#      tag gateway-kernel:<first 16 hex>. If that tag exists: no build.
+#   1. input hash over docker/Dockerfile, docker/requirements*.txt, docker/build.sh,
+#      the profile, the extra requirements and every file under kernels/ (no
+#      __pycache__, *.pyc); tag gateway-kernel:<first 16 hex>. If that tag exists: no
+#      build.
 #   2. base image gateway-kernel-base:bookworm-<packages hash>: if missing, debootstrap
 #      a Debian 12 minbase ($BASE_PACKAGES: python3, python3-venv, ca-certificates,
-#      tini, git — bash runs get git, as code_run's manual promises) from the
-#      mirror configured in this machine's apt sources and `docker import` it.
-#   3. wheelhouse: `pip download` of docker/requirements.txt (cp311, manylinux
-#      x86_64 wheels only; each manylinux tag is named: pip does not take a
-#      manylinux_2_27 wheel such as deno's for manylinux_2_28), cached in
-#      $GATEWAY_BUILD_CACHE/wheelhouse-<hash>.
-#   4. `docker build --network none` of a temp build context.
-#   The result is also tagged gateway-kernel:latest.
+#      tini, git — bash runs get git, as code_run's manual promises — and the
+#      profile's Debian packages: R for datascience) from the mirror configured in
+#      this machine's apt sources and `docker import` it.
+#   3. wheelhouse: `pip download` of the profile's requirements and the extra ones
+#      (cp311, manylinux x86_64 wheels only; each manylinux tag is named: pip does not
+#      take a manylinux_2_27 wheel such as deno's for manylinux_2_28), cached in
+#      $GATEWAY_BUILD_CACHE/wheelhouse-<hash of the requirements>.
+#   4. `docker build --network none` of a temp build context; the image lists what it
+#      holds in /opt/gateway/environment.json (`python -m kernels.environment`).
+#   The result is also tagged gateway-kernel:<profile> and gateway-kernel:latest.
 #
 # Environment:
 #   GATEWAY_IMAGE_BASE      base image to build FROM (e.g. python:3.11-slim on a
@@ -28,6 +42,9 @@
 #   GATEWAY_PIP_CONSTRAINT  pip constraint file for the download (default
 #                           /dev/null: the host's pip constraint file, if any,
 #                           must not shape the image; requirements are pinned)
+#   GATEWAY_IMAGE_PROFILE   the profile when --profile is not given (default datascience)
+#   GATEWAY_BUILD_NO_CACHE  1: `docker build --no-cache` (no layer of an earlier build is
+#                           reused; the base and the wheelhouse still are)
 #
 # Logs go to stderr; stdout carries only the final tag.
 set -euo pipefail
@@ -44,9 +61,13 @@ REPO_ROOT=$(cd -- "$SCRIPT_DIR/.." && pwd -P)
 IMAGE_NAME=gateway-kernel
 # Debian packages of the base; the base's tag names them, so a changed list is a new base
 BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,git
-DEFAULT_BASE=gateway-kernel-base:bookworm-$(printf '%s' "$BASE_PACKAGES" | sha256sum | cut -c1-8)
+# R and IRkernel, ggplot2 and jsonlite (the kernel's `result`), from Debian: CRAN is not
+# reachable from the machines that build the image
+R_PACKAGES=r-base-core,r-cran-irkernel,r-cran-ggplot2,r-cran-jsonlite
+PROFILES="minimal datascience"
+PROFILE=${GATEWAY_IMAGE_PROFILE:-datascience}
+EXTRA_REQUIREMENTS=
 SUITE=bookworm
-BASE=${GATEWAY_IMAGE_BASE:-$DEFAULT_BASE}
 CACHE_DIR=${GATEWAY_BUILD_CACHE:-/var/cache/gateway-kernel-build}
 WORK=
 
@@ -67,6 +88,71 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+usage() {
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+}
+
+parse_args() {
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --profile) [ $# -ge 2 ] || die "--profile needs a name"; PROFILE=$2; shift 2 ;;
+            --profile=*) PROFILE=${1#*=}; shift ;;
+            --extra-requirements)
+                [ $# -ge 2 ] || die "--extra-requirements needs a file"
+                EXTRA_REQUIREMENTS=$2; shift 2 ;;
+            --extra-requirements=*) EXTRA_REQUIREMENTS=${1#*=}; shift ;;
+            -h|--help) usage; exit 0 ;;
+            *) die "unknown argument: $1 (see --help)" ;;
+        esac
+    done
+    case " $PROFILES " in
+        *" $PROFILE "*) ;;
+        *) die "unknown profile '$PROFILE' (one of: $PROFILES)" ;;
+    esac
+    if [ -n "$EXTRA_REQUIREMENTS" ]; then
+        [ -f "$EXTRA_REQUIREMENTS" ] && [ -r "$EXTRA_REQUIREMENTS" ] \
+            || die "cannot read the extra requirements file $EXTRA_REQUIREMENTS"
+        # pins only: an option (-r, -c, --index-url, ...) would reach files or indexes
+        # outside the input hash
+        if grep -nE '^[[:space:]]*-' "$EXTRA_REQUIREMENTS" >&2; then
+            die "$EXTRA_REQUIREMENTS: pip options are not allowed, only requirements (above)"
+        fi
+    fi
+}
+
+# The profile's requirements file, relative to the repo root.
+profile_requirements() {
+    case "$PROFILE" in
+        minimal) echo docker/requirements.txt ;;
+        *) echo "docker/requirements-$PROFILE.txt" ;;
+    esac
+}
+
+# The profile's Debian packages besides $BASE_PACKAGES (comma-separated, may be empty).
+profile_debian_packages() {
+    case "$PROFILE" in
+        datascience) echo "$R_PACKAGES" ;;
+        *) echo "" ;;
+    esac
+}
+
+# The languages the image must have (checked when it is built).
+profile_languages() {
+    case "$PROFILE" in
+        datascience) echo python,bash,javascript,typescript,r ;;
+        *) echo python,bash,javascript,typescript ;;
+    esac
+}
+
+set_base() {
+    local packages=$BASE_PACKAGES extra
+    extra=$(profile_debian_packages)
+    [ -z "$extra" ] || packages=$packages,$extra
+    BASE_PACKAGES=$packages
+    DEFAULT_BASE=gateway-kernel-base:bookworm-$(printf '%s' "$BASE_PACKAGES" | sha256sum | cut -c1-8)
+    BASE=${GATEWAY_IMAGE_BASE:-$DEFAULT_BASE}
+}
+
 # ------------------------------------------------------------------ inputs
 # NUL-separated, sorted list of kernels/ files, relative to the repo root.
 kernel_files() {
@@ -76,16 +162,28 @@ kernel_files() {
         | sort -z)
 }
 
+# NUL-separated, sorted list of docker/requirements*.txt, relative to the repo root.
+requirement_files() {
+    (cd "$REPO_ROOT" && find docker -maxdepth 1 -name 'requirements*.txt' -print0 | sort -z)
+}
+
 input_hash() {
     local f
     {
-        for f in docker/Dockerfile docker/requirements.txt docker/build.sh; do
+        for f in docker/Dockerfile docker/build.sh "$(profile_requirements)"; do
             [ -f "$REPO_ROOT/$f" ] || die "missing $f"
+        done
+        for f in docker/Dockerfile docker/build.sh; do
             printf '%s\0%s\n' "$f" "$(sha256sum < "$REPO_ROOT/$f" | cut -d' ' -f1)"
         done
         while IFS= read -r -d '' f; do
             printf '%s\0%s\n' "$f" "$(sha256sum < "$REPO_ROOT/$f" | cut -d' ' -f1)"
-        done < <(kernel_files)
+        done < <(requirement_files; kernel_files)
+        printf 'PROFILE\0%s\n' "$PROFILE"
+        printf 'PACKAGES\0%s\n' "$BASE_PACKAGES"
+        if [ -n "$EXTRA_REQUIREMENTS" ]; then
+            printf 'EXTRA\0%s\n' "$(sha256sum < "$EXTRA_REQUIREMENTS" | cut -d' ' -f1)"
+        fi
         if [ "$BASE" != "$DEFAULT_BASE" ]; then
             printf 'BASE\0%s\n' "$BASE"
         fi
@@ -231,20 +329,37 @@ pip_cmd() {
     fi
 }
 
+# The hash that names a wheelhouse: every requirements file pip reads for this build.
+wheelhouse_hash() {
+    local f
+    {
+        while IFS= read -r -d '' f; do
+            printf '%s\0%s\n' "$f" "$(sha256sum < "$REPO_ROOT/$f" | cut -d' ' -f1)"
+        done < <(requirement_files)
+        printf 'PROFILE\0%s\n' "$PROFILE"
+        if [ -n "$EXTRA_REQUIREMENTS" ]; then
+            printf 'EXTRA\0%s\n' "$(sha256sum < "$EXTRA_REQUIREMENTS" | cut -d' ' -f1)"
+        fi
+    } | sha256sum | cut -c1-16
+}
+
 # Prints the wheelhouse directory.
 ensure_wheelhouse() {
-    local req=$REPO_ROOT/docker/requirements.txt req_hash wheelhouse tmp pip
-    req_hash=$(sha256sum < "$req" | cut -c1-16)
+    local req=$REPO_ROOT/$(profile_requirements) req_hash wheelhouse tmp pip t0
+    local -a extra=()
+    [ -z "$EXTRA_REQUIREMENTS" ] || extra=(-r "$EXTRA_REQUIREMENTS")
+    req_hash=$(wheelhouse_hash)
     wheelhouse=$CACHE_DIR/wheelhouse-$req_hash
     if [ -d "$wheelhouse" ]; then
         log "wheelhouse cached: $wheelhouse"
     else
+        t0=$SECONDS
         pip=$(pip_cmd) || die "no pip on the host to download wheels with"
         tmp=$(mktemp -d "$CACHE_DIR/.wheelhouse-$req_hash.XXXXXX")
         log "downloading wheels into $tmp ($pip)"
         if ! PIP_CONSTRAINT=${GATEWAY_PIP_CONSTRAINT:-/dev/null} \
             PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
-            $pip download -r "$req" \
+            $pip download -r "$req" "${extra[@]}" \
                 --only-binary=:all: \
                 --python-version 3.11 \
                 --platform manylinux2014_x86_64 \
@@ -257,16 +372,27 @@ ensure_wheelhouse() {
         fi
         chmod 0755 "$tmp"
         mv -T "$tmp" "$wheelhouse"
-        log "wheelhouse ready: $wheelhouse ($(find "$wheelhouse" -name '*.whl' | wc -l) wheels)"
+        log "wheelhouse ready in $((SECONDS - t0)) s: $wheelhouse ($(find "$wheelhouse" -name '*.whl' | wc -l) wheels, $(du -sm "$wheelhouse" | cut -f1) MB)"
     fi
     printf '%s\n' "$wheelhouse"
 }
 
 assemble_context() {
-    local ctx=$1 wheelhouse=$2
-    mkdir -p "$ctx/kernels" "$ctx/wheelhouse"
-    cp "$REPO_ROOT/docker/Dockerfile" "$REPO_ROOT/docker/requirements.txt" "$ctx/"
-    cp "$wheelhouse"/*.whl "$ctx/wheelhouse/"
+    local ctx=$1 wheelhouse=$2 f
+    mkdir -p "$ctx/kernels" "$ctx/wheelhouse" "$ctx/requirements"
+    cp "$REPO_ROOT/docker/Dockerfile" "$ctx/"
+    while IFS= read -r -d '' f; do
+        cp "$REPO_ROOT/$f" "$ctx/requirements/"
+    done < <(requirement_files)
+    # what the image installs: the profile's requirements, and the operator's
+    cp "$REPO_ROOT/$(profile_requirements)" "$ctx/requirements/profile.txt"
+    if [ -n "$EXTRA_REQUIREMENTS" ]; then
+        cp "$EXTRA_REQUIREMENTS" "$ctx/requirements/extra.txt"
+    else
+        : > "$ctx/requirements/extra.txt"
+    fi
+    # hard links where the cache and the context share a file system (seconds, not a copy)
+    cp -l "$wheelhouse"/*.whl "$ctx/wheelhouse/" 2>/dev/null || cp "$wheelhouse"/*.whl "$ctx/wheelhouse/"
     if [ -d "$REPO_ROOT/kernels" ]; then
         kernel_files | tar -C "$REPO_ROOT" --null -T - -cf - | tar -C "$ctx" -xf -
     fi
@@ -274,6 +400,8 @@ assemble_context() {
 
 # ------------------------------------------------------------------ main
 main() {
+    parse_args "$@"
+    set_base
     command -v docker >/dev/null 2>&1 || die "docker CLI not found"
     docker info >/dev/null 2>&1 || die "docker does not answer (start it, e.g. .ci/docker-up.sh)"
 
@@ -298,12 +426,17 @@ main() {
             ensure_base_image
             wheelhouse=$(ensure_wheelhouse)
             assemble_context "$WORK/context" "$wheelhouse"
-            log "building $tag FROM $BASE"
-            DOCKER_BUILDKIT=0 docker build \
+            log "building $tag ($PROFILE) FROM $BASE, $((SECONDS - t0)) s so far"
+            local -a no_cache=()
+            [ "${GATEWAY_BUILD_NO_CACHE:-0}" != 1 ] || no_cache=(--no-cache)
+            DOCKER_BUILDKIT=0 docker build "${no_cache[@]}" \
                 --network none \
                 --force-rm \
                 --build-arg "BASE=$BASE" \
+                --build-arg "PROFILE=$PROFILE" \
+                --build-arg "LANGUAGES=$(profile_languages)" \
                 --label "gateway-kernel.inputs-sha256=$hash" \
+                --label "gateway-kernel.profile=$PROFILE" \
                 -t "$tag" \
                 -f "$WORK/context/Dockerfile" \
                 "$WORK/context" >&2
@@ -311,6 +444,7 @@ main() {
         fi
     fi
 
+    docker tag "$tag" "$IMAGE_NAME:$PROFILE"
     docker tag "$tag" "$IMAGE_NAME:latest"
     printf '%s\n' "$tag"
 }

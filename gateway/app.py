@@ -7,6 +7,7 @@ from typing import Any
 import tornado.web
 
 from gateway.handlers.base import NotFoundHandler, Services
+from gateway.handlers.environment import EnvironmentHandler
 from gateway.handlers.notebooks import NotebookRunHandler
 from gateway.handlers.openapi import OpenAPIHandler
 from gateway.handlers.ops import HealthHandler, MetricsHandler
@@ -28,6 +29,7 @@ def routes(services: Services) -> list[Any]:
     kw = {"services": services}
     return [
         (r"/v1/health", HealthHandler, kw),
+        (r"/v1/environment", EnvironmentHandler, kw),
         (r"/metrics", MetricsHandler, kw),
         (r"/openapi.json", OpenAPIHandler, kw),
         (r"/v1/runs", RunsHandler, kw),

@@ -231,6 +231,13 @@ class Settings(BaseModel):
     pool_deno: int = setting(
         1, "never-used Deno kernels (JavaScript, TypeScript) kept ready (0: no pool)", ge=0, le=64
     )
+    pool_r: int = setting(
+        0,
+        "never-used R kernels kept ready (0: no pool; the kernel image's datascience profile "
+        "has R)",
+        ge=0,
+        le=64,
+    )
     preload: tuple[str, ...] = setting(
         ("matplotlib.pyplot", "numpy", "pandas"),
         "modules pooled Python kernels import ahead (comma-separated; empty: none)",

@@ -17,6 +17,9 @@ test_page_files.py.
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -581,6 +584,29 @@ def test_keyboard_only_and_a_screen_reader(page: Page, tmp_path: Path) -> None:
     p.wait_for_function("() => document.querySelector('#announcer').textContent.includes('Replay')")
     assert axe_violations(p) == []
     page.assert_clean()
+
+
+def test_the_language_picker_and_what_the_kernels_have(page: Page) -> None:
+    """The page asks GET /v1/environment: the picker shows each language's version, a
+    language the kernels lack cannot be picked, and the packages are listed."""
+    p = page.page
+    p.wait_for_selector("#environment[data-loaded=true]")
+    options = {
+        value: (disabled, text)
+        for value, disabled, text in p.eval_on_selector_all(
+            "#language option", "els => els.map(e => [e.value, e.disabled, e.textContent])"
+        )
+    }
+    assert set(options) == {"python", "bash", "javascript", "typescript", "r"}
+    assert options["python"] == (False, f"Python {platform.python_version()}")
+    if shutil.which("R") is None:  # the local backend runs kernels from this machine
+        assert options["r"] == (True, "R (not installed)")
+    p.locator("#environment summary").click()
+    p.fill("#package-filter", "numpy")
+    shown = p.locator("#environment li:visible").all_inner_texts()
+    assert f"numpy {importlib.metadata.version('numpy')}" in shown
+    assert all("numpy" in item for item in shown)
+    assert not page.errors
 
 
 # --- a gateway with tokens ----------------------------------------------------------------

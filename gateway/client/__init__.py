@@ -13,10 +13,11 @@
                 ...
 
 Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `Upload`,
-`RunList` of `list_runs`; `NotebookResult` for a replay). Error answers are raised as the
-exception tree of `gateway.client.errors` (`InvalidRequest` with `field`, `RateLimited` with
-`retry_after`, ...); no answer at all is `Unreachable`. The package is also the home of
-`gateway run` (`run.py`) and `gateway mcp` (`mcp.py`); it imports nothing of the server.
+`RunList` of `list_runs`; `Environment`; `NotebookResult` for a replay). Error answers are
+raised as the exception tree of `gateway.client.errors` (`InvalidRequest` with `field`,
+`RateLimited` with `retry_after`, ...); no answer at all is `Unreachable`. The package is also
+the home of `gateway run` (`run.py`) and `gateway mcp` (`mcp.py`); it imports nothing of the
+server.
 """
 
 from gateway.client.base import (

@@ -20,6 +20,7 @@ import pydantic
 from gateway.client.errors import error_from_answer, is_error_answer, not_the_api
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.common import Language, Status
+from gateway.models.environment import Environment
 from gateway.models.listing import RunList
 from gateway.models.record import RunRecord
 from gateway.version import __version__
@@ -236,6 +237,9 @@ class BaseGatewayClient:
         # 503 with a Health body is an answer (`store_unavailable`: not ready for runs);
         # 503 with an error body is an error (too many connections)
         return Call("GET", "/v1/health", model_reader(Health), answers=frozenset({200, 503}))
+
+    def _environment(self) -> Call[Environment]:
+        return Call("GET", "/v1/environment", model_reader(Environment))
 
     def _metrics(self) -> Call[str]:
         return Call("GET", "/metrics", text, headers={"Accept": "text/plain"})

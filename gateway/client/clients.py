@@ -35,6 +35,7 @@ from gateway.client.base import (
 from gateway.client.errors import GatewayError, Unreachable, error_from_answer, not_the_api
 from gateway.client.stream import RunStream
 from gateway.models.answers import Health, RunAccepted, Upload
+from gateway.models.environment import Environment
 from gateway.models.listing import RunList
 from gateway.models.record import RunRecord
 
@@ -138,6 +139,10 @@ class GatewayClient(BaseGatewayClient):
     def health(self) -> Health:
         """`GET /v1/health` (also when it answers 503 `store_unavailable`)."""
         return self._send(self._health())
+
+    def environment(self) -> Environment:
+        """`GET /v1/environment`: the languages, their kernels and installed packages."""
+        return self._send(self._environment())
 
     def metrics(self) -> str:
         """`GET /metrics`: the Prometheus text."""
@@ -260,6 +265,10 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
     async def health(self) -> Health:
         """`GET /v1/health` (also when it answers 503 `store_unavailable`)."""
         return await self._send(self._health())
+
+    async def environment(self) -> Environment:
+        """`GET /v1/environment`: the languages, their kernels and installed packages."""
+        return await self._send(self._environment())
 
     async def metrics(self) -> str:
         """`GET /metrics`: the Prometheus text."""

@@ -36,6 +36,7 @@ from gateway.client import (
     run_error,
 )
 from gateway.models.common import FINAL_STATUSES, Language, Status
+from gateway.models.environment import Environment
 from gateway.models.listing import RunList
 from gateway.models.record import Chart, ReturnedFileContent, ReturnedFileError, RunRecord
 from gateway.terminal import strip_colors
@@ -55,6 +56,7 @@ __all__ = [
     "format_runs",
     "main",
     "serve",
+    "tool_description",
 ]
 
 log = logging.getLogger("gateway.mcp")
@@ -68,15 +70,49 @@ RESULT_CHARS = 10_000
 IMAGE_MIMES = ("image/png", "image/jpeg")
 
 TOOL_DESCRIPTION = """\
-Run Python, bash, JavaScript or TypeScript code in a fresh, isolated sandbox and return
-what it printed (JavaScript and TypeScript run in Deno; bash has python3, deno and git).
+Run {languages} code in a fresh, isolated sandbox and return what it printed{notes}.
 
 Every call starts a new Jupyter kernel that is destroyed afterwards: no variable, file or
 installed package survives between calls, so import and compute everything in one call.
-Python has numpy, pandas and matplotlib; a chart shown with plt.show() (or saved with
-savefig) comes back as an image. Put input files in `files`; name files to read back in
-`return_files`. There is normally no network. A failing program is still an answer: the
-text says `failed` and shows the traceback."""
+There is no network: nothing can be installed (no pip install, no install.packages), so
+use what is there. {packages}
+
+A chart shown with plt.show() (or saved with savefig), a plotly figure or an R plot comes
+back as an image or a chart's data. Put input files in `files`; name files to read back in
+`return_files`. A failing program is still an answer: the text says `failed` and shows the
+traceback."""
+# What the description names of each language's packages, when installed: the ones an
+# agent reaches for first (the environment endpoint lists them all).
+MAIN_PACKAGES: dict[Language, tuple[str, ...]] = {
+    "python": (
+        "numpy",
+        "pandas",
+        "matplotlib",
+        "scipy",
+        "scikit-learn",
+        "statsmodels",
+        "seaborn",
+        "plotly",
+        "sympy",
+        "networkx",
+        "polars",
+        "pyarrow",
+        "duckdb",
+        "pillow",
+        "scikit-image",
+        "openpyxl",
+        "beautifulsoup4",
+        "lxml",
+    ),
+    "r": ("ggplot2", "jsonlite", "MASS", "Matrix", "lattice", "mgcv", "nlme"),
+}
+LANGUAGE_NAMES: dict[Language, str] = {
+    "python": "Python",
+    "bash": "bash",
+    "javascript": "JavaScript",
+    "typescript": "TypeScript",
+    "r": "R",
+}
 
 
 LIST_DESCRIPTION = """\
@@ -96,8 +132,47 @@ class MCPOptions:
 # --- the tool ------------------------------------------------------------------------------
 
 
-def build_server(client: AsyncGatewayClient) -> "MCPServer[Any]":
-    """An MCP server whose `run_code` tool runs code on the gateway behind `client`."""
+def tool_description(environment: Environment | None) -> str:
+    """The tool's description, naming the languages and main packages the gateway's kernels
+    have (`GET /v1/environment`), so that a model does not try to install what is there or
+    import what is not. Without an environment: the languages every image has."""
+    languages: list[Language] = (
+        [name for name in LANGUAGE_NAMES if name in environment.languages]
+        if environment is not None and environment.source != "unknown"
+        else ["python", "bash", "javascript", "typescript"]
+    )
+    notes = []
+    if "javascript" in languages or "typescript" in languages:
+        notes.append("JavaScript and TypeScript run in Deno")
+    if "bash" in languages:
+        notes.append("bash has python3, deno and git")
+    packages = []
+    for language, names in MAIN_PACKAGES.items():
+        entry = environment.languages.get(language) if environment is not None else None
+        if entry is None or language not in languages:
+            continue
+        have = {p.name.lower(): p for p in entry.packages}
+        found = [
+            f"{have[n.lower()].name} {have[n.lower()].version}" for n in names if n.lower() in have
+        ]
+        if found:
+            version = f" {entry.version}" if entry.version else ""
+            packages.append(f"{LANGUAGE_NAMES[language]}{version} has {', '.join(found)}")
+    if not packages:
+        packages.append("Python has numpy, pandas and matplotlib.")
+    listed = ", ".join(LANGUAGE_NAMES[name] for name in languages[:-1])
+    return TOOL_DESCRIPTION.format(
+        languages=f"{listed} or {LANGUAGE_NAMES[languages[-1]]}" if listed else "Python",
+        notes=f" ({'; '.join(notes)})" if notes else "",
+        packages="; ".join(packages).rstrip(".") + ".",
+    )
+
+
+def build_server(
+    client: AsyncGatewayClient, environment: Environment | None = None
+) -> "MCPServer[Any]":
+    """An MCP server whose `run_code` tool runs code on the gateway behind `client`;
+    `environment` (the gateway's, if known) shapes the tool's description."""
     from mcp.server import MCPServer
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import BaseModel, Field
@@ -110,7 +185,7 @@ def build_server(client: AsyncGatewayClient) -> "MCPServer[Any]":
         code: Annotated[str, Field(description="the source to run")],
         language: Annotated[
             Language,
-            Field(description="python (default), bash, javascript or typescript (Deno)"),
+            Field(description="python (default), bash, javascript or typescript (Deno), or r"),
         ] = "python",
         files: Annotated[
             list[File] | None, Field(description="text files written before the code runs")
@@ -162,15 +237,15 @@ def build_server(client: AsyncGatewayClient) -> "MCPServer[Any]":
         "kernel-gateway",
         version=__version__,
         instructions=(
-            "Use run_code to run Python, bash, JavaScript or TypeScript in a fresh sandbox "
-            "per call."
+            "Use run_code to run code in a fresh sandbox per call; its description says "
+            "which languages and packages the sandbox has."
         ),
     )
     server.add_tool(
         run_code,
         name="run_code",
         title="Run code",
-        description=TOOL_DESCRIPTION,
+        description=tool_description(environment),
         annotations=ToolAnnotations(
             read_only_hint=False,
             destructive_hint=False,
@@ -267,8 +342,10 @@ def format_record(record: RunRecord, timeout: float | None = None) -> "list[Cont
         sections.append(f"chart {index}: {description}")
         if chart.mime in IMAGE_MIMES:
             images.append(ImageContent(data=chart.data, mime_type=chart.mime))
-        else:
+        elif chart.mime == "image/svg+xml":
             notes.append(f"Chart {index} is an SVG image; it is not shown here.")
+        else:
+            notes.append(f"Chart {index} is a plotly figure; its data is described above.")
     chart_paths = {_normal(chart.path) for chart in charts if chart.path}
     for entry in returned_files(record):
         text, image = _file_section(entry, chart_paths)
@@ -417,7 +494,12 @@ async def serve(options: MCPOptions, start_gateway: StartGateway | None = None) 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with gateway_client(options, start_gateway) as client:
-        server = build_server(client)
+        try:
+            environment: Environment | None = await client.environment()
+        except GatewayError as exc:
+            log.warning("the gateway's environment is not known: %s", exc.message)
+            environment = None
+        server = build_server(client, environment)
         if options.transport == "stdio":
             serving = asyncio.ensure_future(server.run_stdio_async())
         else:

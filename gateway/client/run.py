@@ -68,8 +68,14 @@ SCRIPT_LANGUAGES: dict[str, Language] = {
     ".mjs": "javascript",
     ".ts": "typescript",
     ".mts": "typescript",
+    ".r": "r",  # `.R` too: suffixes are compared in lower case
 }
-CHART_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"}
+CHART_SUFFIXES = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/svg+xml": ".svg",
+    "application/vnd.plotly.v1+json": ".plotly.json",  # opens with plotly.io.read_json
+}
 ANSWER_MARGIN = 120.0  # seconds to wait for an answer beyond the run's own timeout
 USAGE, FAILED, INTERRUPTED = 2, 1, 130
 # a note of a `done` event cut to the gateway's `max_event_bytes`: the whole is fetched
@@ -480,7 +486,7 @@ def save_charts(charts: list[Chart], stem: str) -> list[Path]:
     for number, chart in enumerate(charts, start=1):
         target = Path(f"{stem}-chart-{number}{CHART_SUFFIXES[chart.mime]}")
         try:
-            if chart.mime == "image/svg+xml":
+            if chart.mime in ("image/svg+xml", "application/vnd.plotly.v1+json"):
                 target.write_text(chart.data, encoding="utf-8")
             else:
                 target.write_bytes(base64.b64decode(chart.data))

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from nbformat import ValidationError
 from nbformat.v4 import output_from_msg
 
 from gateway.execution.errorcap import cap_error
@@ -146,7 +147,11 @@ class OutputCollector:
                 self._add_error(content)
         elif kind in ("display_data", "execute_result"):
             self._flush_clear()
-            output = output_from_msg(msg)
+            try:
+                output = output_from_msg(msg)
+            except ValidationError:  # `{"image/png": 12345}`: nothing an .ipynb may hold
+                self._note_invalid()
+                return
             display_id = _display_id(content)
             if kind == "display_data" and display_id:
                 self._update_display(content)  # earlier outputs with its id show it too
@@ -158,6 +163,11 @@ class OutputCollector:
                 self._clear_pending = True
             else:
                 self._clear()
+
+    def _note_invalid(self) -> None:
+        note = "An output the kernel sent is not a valid nbformat output: it was left out."
+        if note not in self.notes:
+            self.notes.append(note)
 
     def release_error(self) -> None:
         """Add the uncaught error kept back by `hold_error`, after what came before it."""

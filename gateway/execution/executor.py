@@ -31,7 +31,7 @@ from typing import Any
 
 from gateway.execution.deadline import Deadline
 from gateway.execution.events import CellFinished, CellOutput, CellStarted, CellStatus, RunEvents
-from gateway.execution.kernel_code import setup_code
+from gateway.execution.kernel_code import result_code, setup_code
 from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.result import RunResult, exit_code_of
@@ -199,7 +199,11 @@ class Execution:
         last = result.last
         if last.ending == "finished" and self.program.reads_result:
             closing.result, closing.result_note, failure = await read_result(
-                session, self.settings, self._ipykernel, last.reply
+                session,
+                self.settings,
+                self._ipykernel,
+                last.reply,
+                result_code(self.program.language, self.settings.result_cap_bytes),
             )
             if failure:
                 result.notes.append(failure)

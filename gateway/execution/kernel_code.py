@@ -2,7 +2,7 @@
 before the first cell, the fences of kernels that need them, and reading `result` back.
 
 It runs silently (never shown, never in history); the kernel-side halves live in
-`kernels/python/startup.py` and `kernels/deno/prelude.js`.
+`kernels/python/startup.py`, `kernels/deno/prelude.js` and `kernels/r/kernel.R`.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ def setup_code(
     if kernel == "ipykernel":
         payload = json.dumps({"env": dict(env), "vars": dict(vars)})
         return f"__import__('kernels.python.startup', fromlist=['_']).prepare({payload!r})"
+    if kernel == "irkernel":
+        payload = json.dumps({"env": dict(env), "vars": dict(vars)})
+        return f".gateway_prepare({_r_string(payload)})"
     values = {**env, **{k: _bash_value(v) for k, v in vars.items()}}
     return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
 
@@ -57,9 +60,23 @@ def python_result(max_bytes: int) -> str:
     return f"__import__('kernels.python.startup', fromlist=['_']).result_value({int(max_bytes)})"
 
 
+def result_code(language: Language, max_bytes: int) -> str:
+    """Kernels without user expressions: the code whose `execute_result` is `result` as
+    `application/json` (`{"present", "name", "value"}`, or its `size` past `max_bytes`)."""
+    if traits(language).kernel == "irkernel":
+        return f".gateway_result({int(max_bytes)})"
+    return DENO_RESULT
+
+
 def fence_code(label: str) -> str:
     """Deno: write the fence `label` through stdout and stderr (`execution.fence`)."""
     return f"{_DENO_RUN}.fence({json.dumps(label)});"
+
+
+def _r_string(text: str) -> str:
+    """An R string literal: JSON's escapes are R's too (UTF-8 kept as is: R takes no
+    surrogate escapes)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _bash_value(value: Any) -> str:

@@ -45,7 +45,12 @@ WATCH_INTERVAL = 2.0  # how often the pools look at the machine's memory
 
 
 # the language a pooled kernel of each kind is started as (its kernel serves them all)
-STARTED_AS: dict[Kernel, Language] = {"ipykernel": "python", "bash": "bash", "deno": "javascript"}
+STARTED_AS: dict[Kernel, Language] = {
+    "ipykernel": "python",
+    "bash": "bash",
+    "deno": "javascript",
+    "irkernel": "r",
+}
 GIVE_UP_AFTER = 3  # a pool whose kernels fail to start this many times in a row is turned off
 
 

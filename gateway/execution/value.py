@@ -2,8 +2,8 @@
 
 ipykernel evaluates it as a user expression: of the last cell's own request when that cell
 succeeded (one kernel round trip fewer per run), else of a silent request made after it.
-Deno's kernel has no user expressions, so there it is the `execute_result` of a request
-without history, which no cell sees. The kernel measures the value against
+Deno's and IRkernel's have no user expressions, so there it is the `execute_result` of a
+request without history, which no cell sees. The kernel measures the value against
 `result_cap_bytes` and sends only its size past it; the gateway checks again, since what a
 kernel sends is hostile input.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.execution.collector import json_size
 from gateway.execution.errorcap import clip_middle
-from gateway.execution.kernel_code import DENO_RESULT, python_result
+from gateway.execution.kernel_code import python_result
 from gateway.execution.session import KernelSession
 from gateway.settings import Settings
 
@@ -27,15 +27,16 @@ async def read_result(
     settings: Settings,
     user_expressions: bool,
     last_reply: dict[str, Any] | None = None,
+    code: str = "",
 ) -> tuple[Any, str | None, str | None]:
     """The kernel's global `result` (else `output`); why the code's value was not returned
     (not JSON-serialisable, larger than `result_cap_bytes` as JSON, nested deeper than
     `max_json_depth`), or why nothing could be read back at all.
 
     ipykernel evaluates it as a user expression: of the last cell's request when that cell
-    succeeded (`last_reply` carries it), else of a silent request made now. Deno's kernel
-    has no user expressions, so there it is the `execute_result` of a request without
-    history, which no cell sees."""
+    succeeded (`last_reply` carries it), else of a silent request made now. Deno's and
+    IRkernel's have no user expressions, so there it is the `execute_result` of `code`
+    (`kernel_code.result_code`) in a request without history, which no cell sees."""
     data: dict[str, Any] | None
     if user_expressions:
         evaluated = evaluated_result(last_reply)
@@ -53,7 +54,7 @@ async def read_result(
             found = evaluated.get("data")
             data = found if isinstance(found, dict) else {}
     else:
-        data = await session.display_value(DENO_RESULT, timeout=SETUP_TIMEOUT)
+        data = await session.display_value(code, timeout=SETUP_TIMEOUT)
     if data is None:
         return None, None, "`result` could not be read back from the kernel."
     value = data.get("application/json")

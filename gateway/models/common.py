@@ -7,8 +7,8 @@ import datetime as dt
 import secrets
 from typing import Literal
 
-Language = Literal["python", "bash", "javascript", "typescript"]
-LANGUAGES: tuple[Language, ...] = ("python", "bash", "javascript", "typescript")
+Language = Literal["python", "bash", "javascript", "typescript", "r"]
+LANGUAGES: tuple[Language, ...] = ("python", "bash", "javascript", "typescript", "r")
 
 Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "killed", "cancelled"]
 FINAL_STATUSES: frozenset[str] = frozenset(

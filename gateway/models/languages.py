@@ -3,7 +3,8 @@
 The executor, the session, the outcome and the sandboxes ask these properties instead of
 testing a language's name, so a language is added here (its traits, its notebook
 metadata, the names a notebook may give it) plus its kernel's command line in
-`gateway.sandbox.kernelspec`. Pools are per kernel: one Deno kernel serves JavaScript and
+`gateway.sandbox.kernelspec` and the gateway's own code in its language in
+`gateway.execution.kernel_code`. Pools are per kernel: one Deno kernel serves JavaScript and
 TypeScript.
 """
 
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 from gateway.models.common import Language
 
-Kernel = Literal["ipykernel", "bash", "deno"]
+Kernel = Literal["ipykernel", "bash", "deno", "irkernel"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,9 @@ class LanguageTraits:
     # the kernel listens on TCP ports of the sandbox's loopback (`kernels.deno.relay`):
     # its sandbox needs a network namespace of its own
     listens_on_loopback: bool = False
+    # the kernel may be missing where kernels run (R: not in a minimal image, nor on a
+    # machine without R): a run is refused (400) where the backend's environment lacks it
+    optional: bool = False
 
 
 _DENO = LanguageTraits(
@@ -57,6 +61,9 @@ TRAITS: dict[Language, LanguageTraits] = {
     "bash": LanguageTraits(kernel="bash", reads_result=False),
     "javascript": _DENO,
     "typescript": _DENO,
+    # IRkernel publishes in order before `idle` (no fences); it takes no interrupt_request
+    # (it stops on SIGINT only, and only between requests): the deadline kills
+    "r": LanguageTraits(kernel="irkernel", reads_result=True, interruptible=False, optional=True),
 }
 
 
@@ -71,8 +78,15 @@ def entrypoint_source(language: Language, path: str) -> str:
         return f"%run -i {shlex.quote(path)}"
     if kernel == "bash":
         return f"bash {shlex.quote(path)}"
+    if kernel == "irkernel":  # as `Rscript` would: visible values printed, plots drawn
+        return f"source({_r_string(path)}, print.eval = TRUE)"
     # a module of its own: its globals (`globalThis`) are the notebook's
     return f"await import({json.dumps('./' + path)});"
+
+
+def _r_string(text: str) -> str:
+    """An R string literal: JSON's escapes are R's (no surrogate escapes: UTF-8 as is)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 # A notebook's metadata for each language (what a run exported as .ipynb says).
@@ -102,6 +116,17 @@ KERNELSPECS: dict[str, dict[str, Any]] = {
             "mimetype": "text/javascript",
         },
     },
+    # IRkernel's kernelspec (`IRkernel::installspec()` names it "ir") and language_info
+    "r": {
+        "kernelspec": {"name": "ir", "display_name": "R", "language": "R"},
+        "language_info": {
+            "name": "R",
+            "file_extension": ".r",
+            "mimetype": "text/x-r-source",
+            "codemirror_mode": "r",
+            "pygments_lexer": "r",
+        },
+    },
 }
 
 
@@ -119,4 +144,6 @@ KERNEL_LANGUAGES: dict[str, Language] = {
     "typescript": "typescript",
     "deno": "typescript",  # the kernel name `deno jupyter --install` gives
     "javascript": "javascript",
+    "r": "r",
+    "ir": "r",  # the kernel name `IRkernel::installspec()` gives
 }

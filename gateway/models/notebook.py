@@ -32,8 +32,8 @@ _REASON_CHARS = 500
 class NotebookBody(Body):
     """The notebook with run options. Unknown fields are 400 invalid_request. The kernel is
     chosen from `metadata.kernelspec` / `language_info` (python, bash, typescript or
-    javascript, Deno's kernel `deno` too; python when absent; anything else 400
-    unsupported_language)."""
+    javascript, Deno's kernel `deno` too, R and IRkernel's `ir`; python when absent;
+    anything else 400 unsupported_language)."""
 
     notebook: Annotated[
         Any,

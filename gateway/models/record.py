@@ -93,8 +93,9 @@ class ChartAxes(BaseModel):
 
 
 class ChartSpec(ChartAxes):
-    """The chart's data, read back from the matplotlib figure when it can be (best effort,
-    at most 1000 points per series). For several axes, `type` is `subplots`, the top-level
+    """The chart's data, read back when it can be (best effort, at most 1000 points per
+    series): from a matplotlib figure (seaborn's too), a plotly figure's traces, a ggplot2
+    plot or a base R plot's drawing. For several axes, `type` is `subplots`, the top-level
     fields describe the first axes and `axes` lists all."""
 
     axes: list[ChartAxes] | None = None
@@ -102,12 +103,15 @@ class ChartSpec(ChartAxes):
 
 class Chart(BaseModel):
     """An image the run produced: `plt.show()`, a figure left open at the end of the run, a
-    `savefig` call (with the path it saved to), or any PNG/JPEG/SVG display."""
+    `savefig` call (with the path it saved to), any PNG/JPEG/SVG display (an R plot too),
+    or a plotly figure (its JSON)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    mime: Literal["image/png", "image/jpeg", "image/svg+xml"]
-    data: str = Field(description="base64 for PNG/JPEG, the text for SVG")
+    mime: Literal["image/png", "image/jpeg", "image/svg+xml", "application/vnd.plotly.v1+json"]
+    data: str = Field(
+        description="base64 for PNG/JPEG, the text for SVG, the figure's JSON text for plotly"
+    )
     source: Literal["display", "savefig"]
     path: str | None = Field(None, description="the path given to `savefig`")
     spec: ChartSpec | None = None

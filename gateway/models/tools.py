@@ -72,7 +72,8 @@ class CodeRunArguments(Body):
         "python",
         description=(
             "`bash` runs the code as a bash script (python3, deno and git on its PATH); "
-            "`javascript` and `typescript` run in Deno"
+            "`javascript` and `typescript` run in Deno; `r` in R, where the kernel image "
+            "has it (GET /v1/environment)"
         ),
     )
     timeout_seconds: Annotated[

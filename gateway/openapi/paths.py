@@ -277,7 +277,8 @@ PATHS: dict[str, Schema] = {
         "post": operation(
             "toolCodeRun",
             "tools",
-            "code_run: run Python or bash, get output, exit code and files",
+            "code_run: run Python, bash, JavaScript, TypeScript or R; get output, exit code and "
+            "files",
             "The code_run tool's call (its manual is in `reference/`).",
             {
                 "200": answer("CodeRunAnswer", "The tool's result."),
@@ -413,6 +414,20 @@ PATHS: dict[str, Schema] = {
                 ),
             },
             public=True,
+        )
+    },
+    "/v1/environment": {
+        "get": operation(
+            "environment",
+            "operations",
+            "What the kernels have: languages, kernels, installed packages",
+            "The languages a run may ask for on this gateway, each with its kernel and their "
+            "versions and the packages its code can import, read from the kernels' own "
+            "environment (the kernel image lists its contents when it is built; the local "
+            "backend lists the environment it runs kernels from). Runs have no network, so "
+            "nothing else can be installed at run time. `source: unknown` when the backend "
+            "could not tell (then every supported language is listed, without packages).",
+            {"200": answer("Environment", "The kernels' environment."), **errors(401, 413)},
         )
     },
     "/metrics": {

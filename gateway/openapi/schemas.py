@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
-from gateway.models import answers, listing, notebook, record, run, stream, tools
+from gateway.models import answers, environment, listing, notebook, record, run, stream, tools
 
 Schema = dict[str, Any]
 PREFIX = "#/components/schemas/"
@@ -38,6 +38,7 @@ ANSWERS: tuple[tuple[type[BaseModel], str], ...] = (
     (record.ReturnedFile, "ReturnedFile"),
     (answers.Error, "Error"),
     (answers.Health, "Health"),
+    (environment.Environment, "Environment"),
     (answers.RunAccepted, "RunAccepted"),
     (answers.Upload, "Upload"),
     (answers.NotebookRunAnswer, "NotebookRunAnswer"),

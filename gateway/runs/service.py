@@ -12,15 +12,22 @@ import time
 from collections.abc import Awaitable
 
 from gateway.budget import Hold
-from gateway.errors import CapacityExceeded, GatewayError, NotFound, StoreUnavailable
+from gateway.errors import (
+    CapacityExceeded,
+    GatewayError,
+    NotFound,
+    StoreUnavailable,
+    UnsupportedLanguage,
+)
 from gateway.execution.events import RunEvents
 from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.metrics import Metrics
-from gateway.models.common import RUN_ID_PATTERN, new_run_id
+from gateway.models.common import RUN_ID_PATTERN, Language, new_run_id
 from gateway.models.ipynb import store_notebook
+from gateway.models.languages import traits
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.attach import archive_files, check_archive
@@ -86,6 +93,7 @@ class RunService:
                 "ipykernel": settings.pool_python,
                 "bash": settings.pool_bash,
                 "deno": settings.pool_deno,
+                "irkernel": settings.pool_r,
             },
         )
         self._teardowns: set[asyncio.Task[None]] = set()
@@ -176,9 +184,23 @@ class RunService:
         store_notebook(record, request.notebook)
         return await self._start(record, from_notebook(request), held)
 
+    async def _available(self, language: Language) -> None:
+        """A language whose kernel may be missing (R) is refused where the backend's kernels
+        do not have it (its environment, read once and kept); unknown: the start tells."""
+        if not traits(language).optional:
+            return
+        found = await self.backend.environment()
+        if found is not None and language not in (found.found.get("languages") or {}):
+            raise UnsupportedLanguage(
+                f"This gateway's kernels have no {language!r} (GET /v1/environment lists the "
+                "languages they have; the kernel image's datascience profile has R).",
+                field="language",
+            )
+
     async def _start(self, record: RunRecord, program: Program, held: Hold | None) -> ActiveRun:
         admitted = False
         try:
+            await self._available(record.language)
             self._admit()
             active = ActiveRun(record=record, held=held)
             self.active[record.id] = active  # holds its place in this gateway's capacity

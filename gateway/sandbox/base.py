@@ -213,6 +213,16 @@ class BackendContext:
     private_paths: tuple[Path, ...] = ()  # the gateway's own files: no kernel may see them
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelEnvironment:
+    """`SandboxBackend.environment`'s answer: `kernels.environment`'s JSON, and where it was
+    read (the kernel image, or the environment local kernels run from)."""
+
+    found: dict[str, Any]
+    source: Literal["image", "local"]
+    image: str | None = None
+
+
 class SandboxBackend(abc.ABC):
     """A kind of sandbox: a plug-in found by entry point in the `gateway.backends` group
     (`factory.py`), made once when the gateway starts, and living as long as it.
@@ -246,6 +256,13 @@ class SandboxBackend(abc.ABC):
     async def create(self, spec: SandboxSpec) -> Sandbox:
         """Create (but do not start) a sandbox. Called by `session.start_session`, which
         owns it from then on and destroys it on every way out."""
+
+    async def environment(self) -> KernelEnvironment | None:
+        """What this backend's kernels have: the languages with their kernels and versions,
+        and each language's installed packages (`kernels/environment.py`'s JSON). Called by
+        `GET /v1/environment`, never on a run's path; the backend may keep the answer until
+        what it was read from changes. Default: None, the backend cannot tell."""
+        return None
 
     async def startup(self) -> None:  # noqa: B027 - optional hook
         """Called once by the gateway when it starts (e.g. to remove orphans of a crash),

@@ -66,6 +66,7 @@ from gateway.sandbox.base import (
     Death,
     FilesRead,
     Footprint,
+    KernelEnvironment,
     LimitEvent,
     ReadLimits,
     Sandbox,
@@ -74,6 +75,7 @@ from gateway.sandbox.base import (
 )
 from gateway.sandbox.cgroup import Cgroup
 from gateway.sandbox.docker_events import ExitWatcher
+from gateway.sandbox.environment import EnvironmentCache, read_from_image
 from gateway.sandbox.kernelspec import (
     connection_info,
     kernel_argv,
@@ -192,6 +194,7 @@ class DockerBackend(SandboxBackend):
         )
         self._client: docker.DockerClient | None = None
         self._watcher: ExitWatcher | None = None
+        self._environment = EnvironmentCache()
 
     @classmethod
     async def probe(cls, config: DockerConfig) -> tuple[bool, str]:
@@ -228,6 +231,23 @@ class DockerBackend(SandboxBackend):
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise SandboxError(f"The Docker engine did not answer within {timeout:g} s.") from None
+
+    async def environment(self) -> KernelEnvironment | None:
+        """The kernel image's environment.json, read again only when the image changes (an
+        engine that fails to answer is asked again next time)."""
+        image = self.config.docker_image
+        try:
+            image_id = (await self.call(self.client.api.inspect_image, image)).get("Id", "")
+            found = await self._environment.get(
+                str(image_id),
+                lambda: self.call(
+                    read_from_image, self.client.api, image, {LABEL_INSTANCE: self.instance_id}
+                ),
+            )
+        except (SandboxError, docker.errors.DockerException) as exc:
+            log.warning("could not read the kernel image's environment: %s", exc)
+            return None
+        return None if found is None else KernelEnvironment(found, "image", image)
 
     async def startup(self) -> None:
         timeout = max(1, int(self.config.docker_call_timeout))

@@ -46,7 +46,8 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
     `sitecustomize.py`, `ipykernel_launcher.py` or `kernels/` planted in a persistent
     workspace never runs at kernel start. Our extension then puts the
     working folder on `sys.path` for the user's code, as Jupyter does. Bash and Deno
-    kernels start the same way, from our own `kernels` package."""
+    kernels start the same way, from our own `kernels` package; so does R's, whose launcher
+    then becomes `R --vanilla` (nothing of the working folder loads at start either)."""
     kernel = traits(language).kernel
     if kernel == "ipykernel":
         return [
@@ -63,6 +64,8 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
         ]
     if kernel == "bash":
         return [python, "-P", "-m", "kernels.bash", "-f", connection_file]
+    if kernel == "irkernel":  # replaced by R running IRkernel (kernels/r/__main__.py)
+        return [python, "-P", "-m", "kernels.r", "-f", connection_file]
     # JavaScript and TypeScript: Deno's kernel behind our relay (kernels/deno/relay.py)
     return [python, "-P", "-m", "kernels.deno", "-f", connection_file]
 

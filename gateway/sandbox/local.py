@@ -47,6 +47,7 @@ from gateway.sandbox.base import (
     Death,
     FilesRead,
     Footprint,
+    KernelEnvironment,
     LimitEvent,
     ReadLimits,
     Sandbox,
@@ -54,6 +55,7 @@ from gateway.sandbox.base import (
     SandboxSpec,
 )
 from gateway.sandbox.cgroup import Cgroup
+from gateway.sandbox.environment import EnvironmentCache, collect_local
 from gateway.sandbox.kernelspec import (
     connection_info,
     kernel_argv,
@@ -194,6 +196,15 @@ class LocalBackend(SandboxBackend):
         self.hidden_paths = list(context.private_paths)
         self.features = LocalFeatures(bwrap=None, cgroups=False, drop_to=None)
         self.tenancy = Tenancy(config.tenancy, context.multi_user)
+        self._environment = EnvironmentCache()
+
+    async def environment(self) -> KernelEnvironment | None:
+        """Listed once, by the Python local kernels run with, on their PATH."""
+        found = await self._environment.get(
+            "local",
+            lambda: collect_local(sys.executable, str(_kernels_parent()), _kernel_path()),
+        )
+        return None if found is None else KernelEnvironment(found, "local")
 
     async def startup(self) -> None:
         self.features = await asyncio.to_thread(probe_features, self.config)
@@ -504,10 +515,7 @@ class LocalSandbox(Sandbox):
             fds.append(os.dup(self.work_fd))
             cwd = f"/proc/self/fd/{FIRST_FD + len(fds) - 1}"
         launcher = ["/bin/sh", "-c", _LAUNCHER, "sh", cwd, str(len(files)), *files, *command]
-        path = os.pathsep.join(
-            [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
-        )
-        env = kernel_env(home, {}, path)
+        env = kernel_env(home, {}, _kernel_path())
         env.update(
             {
                 "PYTHONPATH": str(_kernels_parent()),
@@ -656,6 +664,11 @@ def _needed_paths(mpl_cache: Path) -> list[str]:
     """What the kernel must see although it lies under a hidden folder or /tmp."""
     paths = {sys.prefix, sys.base_prefix, str(_kernels_parent()), str(mpl_cache)}
     return sorted(p for p in paths if os.path.isdir(p))
+
+
+def _kernel_path() -> str:
+    """A local kernel's PATH: the gateway's Python (and the `deno` beside it) first."""
+    return os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
 
 
 def _kernels_parent() -> Path:

@@ -2,7 +2,9 @@
 
 It makes charts come back without the user asking: `plt.show()` and figures left open are
 displayed by matplotlib's inline backend (with the chart's data in the output metadata),
-and every `savefig` call also publishes the saved image with its path. It also holds the
+and every `savefig` call also publishes the saved image with its path. A plotly figure is
+displayed as its own MIME bundle (`application/vnd.plotly.v1+json` and an HTML snippet that
+loads plotly.js from its CDN), with the spec of its traces in the metadata. It also holds the
 two helpers the gateway calls through silent requests: `prepare` and `result_value`.
 stdout and stderr keep the order the program wrote them in, within bounded buffers
 (`kernels.python.streams`). No code is prepended to the user's cell.
@@ -27,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from kernels.python import caps
-from kernels.python.chartspec import figure_spec
+from kernels.python.chartspec import PLOTLY_MIME, figure_spec, plotly_spec
 from kernels.python.streams import keep_every_message, patch_out_stream
 
 _RESERVED = frozenset({"input", "result", "output"})
@@ -216,10 +218,68 @@ def _patch_inline(module: ModuleType) -> None:
     module.__dict__["_fetch_figure_metadata"] = fetch_with_spec
 
 
+def _patch_plotly(module: ModuleType) -> None:
+    """plotly's renderers: ours is the default (plotly's own guess in a kernel would embed
+    the whole plotly.js, megabytes, in every run's first figure, or need a front end)."""
+    from plotly.io._base_renderers import MimetypeRenderer
+
+    class GatewayRenderer(MimetypeRenderer):  # type: ignore[misc]
+        """The figure's JSON for front ends that draw it (JupyterLab), and an HTML snippet
+        that loads plotly.js from its CDN for the ones that show HTML."""
+
+        def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, Any]:
+            import plotly.io
+
+            html = plotly.io.to_html(
+                fig_dict, include_plotlyjs="cdn", full_html=False, validate=False
+            )
+            figure = json.loads(plotly.io.to_json(fig_dict, validate=False, remove_uids=False))
+            return {PLOTLY_MIME: figure, "text/html": html}
+
+    module.renderers["gateway"] = GatewayRenderer()
+    module.renderers.default = "gateway"
+
+
+def _with_plotly_spec(data: Any, metadata: Any) -> Any:
+    """`metadata` with the spec of the plotly figure in `data`, if there is one."""
+    figure = data.get(PLOTLY_MIME) if isinstance(data, dict) else None
+    if figure is None or (isinstance(metadata, dict) and "gateway" in metadata):
+        return metadata
+    gateway_meta: dict[str, Any] = {"source": "display"}
+    spec = plotly_spec(figure)
+    if spec is not None:
+        gateway_meta["spec"] = spec
+    return {**(metadata or {}), "gateway": gateway_meta}
+
+
+def _with_chart_specs(publish: Callable[..., Any]) -> Callable[..., Any]:
+    """The display publisher, adding the spec of a plotly figure it publishes (`fig.show()`,
+    `display(fig)`: plotly displays its own bundle)."""
+
+    def publish_with_specs(data: Any, metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return publish(data, _with_plotly_spec(data, metadata), *args, **kwargs)
+
+    publish_with_specs.__wrapped__ = publish  # type: ignore[attr-defined]
+    return publish_with_specs
+
+
+def _formatting_chart_specs(format_: Callable[..., Any]) -> Callable[..., Any]:
+    """The display formatter, the same for a figure formatted as an object (a cell's value
+    when plotly's own display fails, `_repr_mimebundle_`)."""
+
+    def format_with_specs(*args: Any, **kwargs: Any) -> Any:
+        data, metadata = format_(*args, **kwargs)
+        return data, _with_plotly_spec(data, metadata)
+
+    format_with_specs.__wrapped__ = format_  # type: ignore[attr-defined]
+    return format_with_specs
+
+
 _AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {
     "ipykernel.iostream": patch_out_stream,
     "matplotlib.figure": _patch_figure,
     "matplotlib_inline.backend_inline": _patch_inline,
+    "plotly.io._renderers": _patch_plotly,
 }
 
 
@@ -293,6 +353,12 @@ def load_ipython_extension(ipython: Any) -> None:
     kernel = getattr(ipython, "kernel", None)
     if kernel is not None and getattr(kernel, "iopub_thread", None) is not None:
         keep_every_message(kernel.iopub_thread)
+    publisher = getattr(ipython, "display_pub", None)
+    if publisher is not None and not hasattr(publisher.publish, "__wrapped__"):
+        publisher.publish = _with_chart_specs(publisher.publish)
+    formatter = getattr(ipython, "display_formatter", None)
+    if formatter is not None and not hasattr(formatter.format, "__wrapped__"):
+        formatter.format = _formatting_chart_specs(formatter.format)
     warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
     sys.meta_path.insert(0, _AfterImportFinder())
     for name, patch in _AFTER_IMPORT.items():

@@ -34,6 +34,13 @@ const SAMPLES = {
     "const result: number[] = [1, 2, 3].map((n) => n * n);",
     "result",
   ].join("\n"),
+  r: [
+    "cat('hello from R', R.version.string, '\\n')",
+    "message('this goes to stderr')",
+    "library(ggplot2)",
+    "ggplot(mtcars, aes(wt, mpg)) + geom_point() + ggtitle('a chart')",
+    "head(mtcars)",
+  ].join("\n"),
 };
 
 const DRAFT_KEY = "gateway-draft"; // the editor's text and language, kept across reloads

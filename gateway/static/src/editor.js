@@ -1,4 +1,4 @@
-// The code editor: CodeMirror 6 with Python, JavaScript/TypeScript and shell modes, bracket
+// The code editor: CodeMirror 6 with Python, JavaScript/TypeScript, shell and R modes, bracket
 // matching and closing, indentation, search, completion, and Ctrl+Enter (Cmd+Enter) to run.
 // Under the page's CSP (no inline style), CodeMirror's one <style> element carries the nonce
 // the gateway put in this page's policy and in <meta name="style-nonce">; its other inline
@@ -8,7 +8,7 @@ import {
   closeBrackets, closeBracketsKeymap, completionKeymap, defaultHighlightStyle, defaultKeymap,
   drawSelection, highlightActiveLine, highlightActiveLineGutter, highlightSelectionMatches,
   history, historyKeymap, indentOnInput, indentUnit, indentWithTab, javascript, keymap,
-  lineNumbers, placeholder, python, search, searchKeymap, shell, syntaxHighlighting,
+  lineNumbers, placeholder, python, r, search, searchKeymap, shell, syntaxHighlighting,
 } from "./vendor.js";
 
 const STYLE_NONCE = document.querySelector('meta[name="style-nonce"]')?.content || "";
@@ -19,6 +19,7 @@ const LANGUAGES = {
   javascript: () => [javascript(), indentUnit.of("  ")],
   typescript: () => [javascript({ typescript: true }), indentUnit.of("  ")],
   bash: () => [StreamLanguage.define(shell), indentUnit.of("  ")],
+  r: () => [StreamLanguage.define(r), indentUnit.of("  ")],
 };
 
 export const LANGUAGE_NAMES = Object.keys(LANGUAGES);

@@ -5,6 +5,7 @@ import "./page.css";
 import { Api } from "./api.js";
 import { CodePanel } from "./code-panel.js";
 import { byId, el, saveBlob } from "./dom.js";
+import { EnvironmentPanel } from "./environment.js";
 import { FileStage, fromDrop, fromInput, sortPicked } from "./files.js";
 import { formatBytes } from "./format.js";
 import { Gallery } from "./gallery.js";
@@ -87,6 +88,7 @@ const app = {
 };
 
 const code = new CodePanel(app);
+const environment = new EnvironmentPanel(app);
 const notebook = new NotebookPanel(app);
 const tabs = new Tabs([byId("tab-code"), byId("tab-notebook")], { code: byId("code-view"), notebook: byId("notebook-view") });
 
@@ -229,8 +231,10 @@ if (needsToken) {
   tokenInput.addEventListener("change", () => {
     sessionStorage.setItem(TOKEN_KEY, token());
     history.reload();
+    environment.load();
   });
 }
 renderFiles();
 history.reload();
+environment.load();
 document.body.dataset.ready = "true";

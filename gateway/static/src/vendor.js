@@ -12,6 +12,7 @@ export {
   StreamLanguage, bracketMatching, defaultHighlightStyle, indentOnInput, indentUnit,
   syntaxHighlighting,
 } from "@codemirror/language";
+export { r } from "@codemirror/legacy-modes/mode/r";
 export { shell } from "@codemirror/legacy-modes/mode/shell";
 export { highlightSelectionMatches, search, searchKeymap } from "@codemirror/search";
 export { Compartment, EditorState, Prec } from "@codemirror/state";

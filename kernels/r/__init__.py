@@ -1,0 +1,1 @@
+"""R through IRkernel: the launcher, the kernel script and its chart specs."""
