@@ -147,7 +147,8 @@ def test_the_mcp_server_describes_its_gateways_environment() -> None:
 
     async def scenario() -> None:
         async with stdio_session("--url", f"http://127.0.0.1:{gateway.port}") as session:
-            (tool,) = (await session.list_tools()).tools
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            tool = tools["run_code"]
             assert tool.description is not None
             assert tool.description.startswith("Run Python, bash, JavaScript")
             assert f"numpy {numpy}" in tool.description

@@ -550,10 +550,11 @@ def test_keyboard_only_and_a_screen_reader(page: Page, tmp_path: Path) -> None:
         "() => document.querySelector('#announcer').textContent.includes('succeeded')"
     )
 
-    # Escape, Tab: out of the editor, on to the result, the files, the chart, the history
+    # Escape, Tab: out of the editor, on to what the kernels have, the result, the files, the
+    # chart, the history
     p.keyboard.press("Escape")
     passed = tab_to(p, "#gallery-list .thumb")
-    assert passed[:2] == ["rerun", "download"], passed
+    assert passed[:3] == ["environment-toggle", "rerun", "download"], passed
     p.keyboard.press("Enter")
     assert p.locator("#chart-dialog").evaluate("(d) => d.open")
     assert p.evaluate("document.activeElement.id") in ("chart-png", "chart-close")

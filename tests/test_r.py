@@ -251,7 +251,7 @@ def test_a_pooled_r_kernel_serves_a_run(gateway: GatewayThread) -> None:
     kernel_environment.require(gateway, "r")
     server = start_gateway(gateway.backend_name, pool_python=0, pool_bash=0, pool_deno=0, pool_r=1)
     try:
-        pools = server.gateway.services.runs.kernels  # type: ignore[union-attr]
+        pools = server.gateway.services.runs.pools  # type: ignore[union-attr]
         assert wait_for(lambda: pools.describe()["irkernel"]["ready"] == 1, timeout=120)
         record = run_r(server.client(), "x <- 6 * 7\ncat(x)")
         assert (record["status"], record["stdout"]) == ("succeeded", "42")
