@@ -314,15 +314,20 @@ class OrderedPipes:
     def _read_packets(self, per_stream: int) -> list[Chunk]:
         """Up to `per_stream` packets of each open stream, in stream order."""
         chunks: list[Chunk] = []
-        for name, fd in self._read_fds.items():
-            for _ in range(per_stream):
-                if fd is None or not self.is_open(name):
-                    break
-                data = self._read_packet(name, fd)
-                if not data:
-                    break
-                chunks.append((name, data))
+        for name in self._read_fds:
+            self._read_stream(name, per_stream, chunks)
         return chunks
+
+    def _read_stream(self, name: str, most: int, chunks: list[Chunk]) -> None:
+        """Up to `most` packets of one stream onto `chunks`: until it is empty or closed."""
+        fd = self._read_fds[name]
+        for _ in range(most):
+            if fd is None or not self.is_open(name):
+                return
+            data = self._read_packet(name, fd)
+            if not data:
+                return
+            chunks.append((name, data))
 
     def _read_packet(self, name: str, fd: int) -> bytes:
         """One packet (b"" if none is waiting); at EOF, closes the stream."""
@@ -414,14 +419,7 @@ class OrderedPipes:
     def _read_bulk(self, chunks: list[Chunk]) -> None:
         name = self._bulk
         assert name is not None
-        fd = self._read_fds[name]
-        for _ in range(BULK_READS):
-            if fd is None or not self.is_open(name):
-                break
-            data = self._read_packet(name, fd)
-            if not data:
-                break
-            chunks.append((name, data))
+        self._read_stream(name, BULK_READS, chunks)
         if not self.is_open(name):
             self._stop_bulk(chunks)  # bash is gone: nobody will write to the gated stream
 
