@@ -44,6 +44,21 @@ def environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
 
 
+def gateway_run(
+    server: GatewayThread, folder: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`gateway run ARGS` in `folder`, not on a terminal, to its end."""
+    return subprocess.run(
+        command(server, *args),
+        cwd=folder,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def project(folder: Path) -> Path:
     """A notebook beside its data folder: it reads data/x.csv and writes out.csv."""
     (folder / "data" / "more").mkdir(parents=True)
@@ -67,15 +82,7 @@ def test_a_notebook_with_its_data_folder_and_a_returned_file(
     server: GatewayThread, tmp_path: Path
 ) -> None:
     project(tmp_path)
-    done = subprocess.run(
-        command(server, "sums.ipynb", "--files", "data/", "--return", "out.csv"),
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = gateway_run(server, tmp_path, "sums.ipynb", "--files", "data/", "--return", "out.csv")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(" · ")[0] for line in lines[:2]] == ["[1/2] cell 2", "[2/2] cell 3"]
@@ -143,15 +150,7 @@ def test_a_script_with_files_and_a_returned_file(server: GatewayThread, tmp_path
     (tmp_path / "job.sh").write_text(
         "echo start\nn=$(cat in/n.txt)\nmkdir -p res\necho $((n * 2)) > res/answer.txt\n"
     )
-    done = subprocess.run(
-        command(server, "job.sh", "--files", "in/n.txt", "--return", "res/*.txt"),
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = gateway_run(server, tmp_path, "job.sh", "--files", "in/n.txt", "--return", "res/*.txt")
     assert (done.returncode, done.stdout) == (0, "start\n"), done.stderr
     assert (tmp_path / "res" / "answer.txt").read_text() == "42\n"
     assert "saved res/answer.txt" in done.stderr
@@ -162,25 +161,9 @@ def test_a_folder_over_the_gateways_limits_is_refused_saying_what_it_held(
 ) -> None:
     project(tmp_path)
     (tmp_path / "data" / "big.bin").write_bytes(os.urandom(FILES_BYTES))
-    done = subprocess.run(
-        command(server, "sums.ipynb", "--files", "data/"),
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = gateway_run(server, tmp_path, "sums.ipynb", "--files", "data/")
     assert done.returncode == 2, done.stderr
     assert "payload_too_large" in done.stderr
     assert "--files sent data/ (3 files, 64." in done.stderr, done.stderr
-    missing = subprocess.run(
-        command(server, "sums.ipynb", "--files", "nowhere/"),
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    missing = gateway_run(server, tmp_path, "sums.ipynb", "--files", "nowhere/")
     assert missing.returncode == 2 and "--files nowhere/: no such file" in missing.stderr

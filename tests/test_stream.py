@@ -5,12 +5,8 @@ client that does not read."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
-import os
-import socket
-import struct
 import threading
 import time
 from typing import Any
@@ -25,6 +21,7 @@ from tests.conftest import start_gateway
 from tests.invalid_requests import RUN_FIELD_ERRORS
 from tests.stream_client import connect, stream_text
 from tests.support import GatewayThread, wait_for
+from tests.ws_client import RawStream
 
 TOKEN = "stream-test-token-0123456789"
 
@@ -362,77 +359,6 @@ def test_single_user_mode_refuses_cross_origin_and_rebound_hosts(gateway: Gatewa
 # --- a client that does not read ----------------------------------------------------------
 
 
-class RawWebSocket:
-    """A WebSocket client on a plain socket with a small receive buffer, so that not
-    reading really leaves the data at the gateway (a library client may read ahead)."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-        self.sock.connect(("127.0.0.1", port))
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall(
-            (
-                f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n"
-            ).encode()
-        )
-        self.buffer = b""
-        while b"\r\n\r\n" not in self.buffer:
-            self.buffer += self.sock.recv(4096)
-        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 101"), head
-
-    def _frame(self, opcode: int, payload: bytes) -> bytes:
-        mask = os.urandom(4)
-        n = len(payload)
-        header = bytes([0x80 | opcode])
-        if n < 126:
-            header += bytes([0x80 | n])
-        elif n < 65536:
-            header += bytes([0x80 | 126]) + struct.pack(">H", n)
-        else:
-            header += bytes([0x80 | 127]) + struct.pack(">Q", n)
-        return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-
-    def send(self, message: Any) -> None:
-        self.sock.sendall(self._frame(1, json.dumps(message).encode()))
-
-    def _read(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("closed")
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
-
-    def recv(self) -> dict[str, Any]:
-        while True:
-            first, second = self._read(2)
-            n = second & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self._read(8))[0]
-            payload = self._read(n)
-            opcode = first & 0x0F
-            if opcode == 9:  # ping
-                self.sock.sendall(self._frame(10, payload))
-            elif opcode == 1:
-                event: dict[str, Any] = json.loads(payload)
-                return event
-            elif opcode == 8:
-                raise ConnectionError("closed by the gateway")
-
-    def close(self) -> None:
-        try:
-            self.sock.sendall(self._frame(8, struct.pack(">H", 1000)))
-        finally:
-            self.sock.close()
-
-
 FLOOD = (
     "from IPython.display import display, HTML\n"
     "h = display(HTML('start'), display_id=True)\n"
@@ -448,7 +374,8 @@ def test_a_client_that_does_not_read_keeps_gateway_memory_bounded(
 ) -> None:
     """~500 MB of display updates to a client that reads nothing until the run is over."""
     me = psutil.Process()
-    client = RawWebSocket(gateway.port)
+    client = RawStream(gateway.port, receive_buffer=16 * 1024)
+    assert client.status == 101
     peak = baseline = me.memory_info().rss
     stop = threading.Event()
 

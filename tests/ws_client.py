@@ -64,8 +64,16 @@ class RawStream:
     data at the gateway (a library client reads ahead, whatever its caller does). The
     kernel's buffers still take a little: up to the receive window (~64 kB at first)."""
 
-    def __init__(self, port: int, headers: dict[str, str] | None = None) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+    def __init__(
+        self, port: int, headers: dict[str, str] | None = None, receive_buffer: int = 0
+    ) -> None:
+        """`receive_buffer`: the socket's receive buffer in bytes, set before it connects
+        (smaller: less of what the client does not read is held by this machine's kernel)."""
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.settimeout(120)
+        if receive_buffer:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.connect(("127.0.0.1", port))
         key = base64.b64encode(os.urandom(16)).decode()
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self.sock.sendall(
