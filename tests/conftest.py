@@ -143,6 +143,27 @@ def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayTh
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def page_gateway() -> Iterator[GatewayThread]:
+    """A local gateway of the module's own (default settings), for the tests that drive the
+    page in a browser: what they leave running never reaches the shared gateways."""
+    server = GatewayThread(backend="local").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def chromium_browser() -> Iterator[Any]:
+    """One headless Chromium per module (tests/browser.py; skipped, or failed under
+    GATEWAY_REQUIRE=chromium, without it)."""
+    from tests.browser import chromium  # Playwright is imported only by browser tests
+
+    with chromium() as launched:
+        yield launched
+
+
 @pytest.fixture(params=BACKENDS)
 def backend_name(request: pytest.FixtureRequest) -> str:
     """For tests that start a gateway of their own, with special settings."""

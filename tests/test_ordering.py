@@ -8,14 +8,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import tornado.websocket
 
 from gateway.execution.textcap import truncation_marker
-from tests import browser
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread
 
@@ -264,12 +262,6 @@ def test_websocket_output_events_come_in_write_order(gateway: GatewayThread, lan
     assert events[-1]["run"]["outputs"] == alternating_outputs(50)
 
 
-@pytest.fixture
-def chromium() -> Iterator[Any]:
-    with browser.chromium() as launched:
-        yield launched
-
-
 ON_THE_PAGE = {  # the page's own samples space their writes out: tighter tests
     "bash": "for i in 1 2 3; do echo o$i; echo e$i >&2; done",
     "javascript": "for (let i = 1; i <= 3; i++) { console.log(`o${i}`); console.error(`e${i}`); }",
@@ -279,9 +271,9 @@ ON_THE_PAGE = {  # the page's own samples space their writes out: tighter tests
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_the_page_shows_streams_in_write_order(
-    chromium: Any, gateway: GatewayThread, language: str
+    chromium_browser: Any, gateway: GatewayThread, language: str
 ) -> None:
-    context = chromium.new_context()
+    context = chromium_browser.new_context()
     try:
         page = context.new_page()
         page.goto(f"http://127.0.0.1:{gateway.port}/")

@@ -35,7 +35,6 @@ from tests.browser import (
     FINAL,
     RECORD_VIOLATIONS,
     Page,
-    chromium,
     downloaded,
     ipynb,
     screenshot,
@@ -48,24 +47,11 @@ TOKEN = "page-test-token-0123456789abcdef"
 # --- fixtures -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[GatewayThread]:
-    gateway = GatewayThread(backend="local").start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
-
-
 @pytest.fixture
-def context(browser: Any) -> Iterator[Any]:
-    made = browser.new_context(accept_downloads=True, viewport={"width": 1360, "height": 900})
+def context(chromium_browser: Any) -> Iterator[Any]:
+    made = chromium_browser.new_context(
+        accept_downloads=True, viewport={"width": 1360, "height": 900}
+    )
     made.add_init_script(RECORD_VIOLATIONS)
     try:
         yield made
@@ -74,8 +60,8 @@ def context(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(context: Any, server: GatewayThread) -> Page:
-    return Page(context.new_page(), f"http://127.0.0.1:{server.port}")
+def page(context: Any, page_gateway: GatewayThread) -> Page:
+    return Page(context.new_page(), f"http://127.0.0.1:{page_gateway.port}")
 
 
 # --- the editor ---------------------------------------------------------------------------

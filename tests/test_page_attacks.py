@@ -22,7 +22,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from tests.browser import FINAL, RECORD_VIOLATIONS, Page, chromium, ipynb
+from tests.browser import FINAL, RECORD_VIOLATIONS, Page, ipynb
 from tests.support import GatewayThread
 
 pytestmark = pytest.mark.attack
@@ -101,29 +101,16 @@ def hostile_notebook() -> str:
     return json.dumps(text)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[GatewayThread]:
-    gateway = GatewayThread(backend="local").start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
-
-
 @pytest.fixture(params=["csp", "csp-off"])
-def page(browser: Any, server: GatewayThread, request: pytest.FixtureRequest) -> Iterator[Page]:
-    context = browser.new_context(
+def page(
+    chromium_browser: Any, page_gateway: GatewayThread, request: pytest.FixtureRequest
+) -> Iterator[Page]:
+    context = chromium_browser.new_context(
         viewport={"width": 1360, "height": 900}, bypass_csp=request.param == "csp-off"
     )
     context.add_init_script(RECORD_VIOLATIONS)
     try:
-        yield Page(context.new_page(), f"http://127.0.0.1:{server.port}")
+        yield Page(context.new_page(), f"http://127.0.0.1:{page_gateway.port}")
     finally:
         context.close()
 
