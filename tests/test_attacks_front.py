@@ -28,6 +28,7 @@ import pytest
 import tornado.web
 
 from gateway.app import routes
+from tests import raw_socket
 from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayProcess, GatewayThread
@@ -138,12 +139,7 @@ def watching(server: GatewayProcess) -> Iterator[Watch]:
 
 
 def connect(port: int, rcvbuf: int | None = None) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(60)
-    sock.connect(("127.0.0.1", port))
-    return sock
+    return raw_socket.connect(port, rcvbuf, timeout=60)
 
 
 def send_body(sock: socket.socket, nbytes: int) -> int:

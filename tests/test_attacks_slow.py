@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import start_gateway
+from tests.raw_socket import connect
 from tests.support import GatewayThread, wait_for
 
 pytestmark = pytest.mark.attack
@@ -39,15 +40,6 @@ def strict() -> Iterator[GatewayThread]:
         yield server
     finally:
         server.stop()
-
-
-def connect(port: int, rcvbuf: int | None = None) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(30)
-    sock.connect(("127.0.0.1", port))
-    return sock
 
 
 def closed_by_gateway(sock: socket.socket) -> bool:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.api import assert_error, write_tokens
 from tests.conftest import start_gateway
+from tests.raw_socket import connect
 from tests.support import Client, GatewayThread, Response, wait_for
 
 ANN, BOB = "ann-token-0123456789abcdef", "bob-token-0123456789abcdef"
@@ -39,15 +40,6 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
         yield server
     finally:
         server.stop()
-
-
-def connect(port: int, rcvbuf: int | None = None) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(30)
-    sock.connect(("127.0.0.1", port))
-    return sock
 
 
 def read_answer(sock: socket.socket) -> Response:
