@@ -199,6 +199,12 @@ def _prefixes() -> tuple[str, ...]:
     return tuple(f"gw{ident[:6]}-" for ident in INSTANCES)
 
 
+def folders_of(instance: str) -> list[Path]:
+    """The sandbox folders of one gateway, found by their name (`gw<instance[:6]>-*` in the
+    temp dir, on both backends), pooled or not."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"gw{instance[:6]}-*"))
+
+
 def sandbox_folders() -> list[str]:
     tmp = Path(tempfile.gettempdir())
     pooled = _pooled()["folders"]

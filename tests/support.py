@@ -168,6 +168,14 @@ class GatewayThread:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def wrote(server: GatewayThread, name: str) -> bool:
+    """Whether code in one of `server`'s sandboxes has written `name` in its working folder,
+    seen from the host: each sandbox's folder holds that working folder as `work/` (on both
+    backends). An event a test can wait for instead of a sleep: the code has got that far."""
+    instance = server.settings.instance_id or ""
+    return any((folder / "work" / name).exists() for folder in census.folders_of(instance))
+
+
 def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.1) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (its last answer)."""
     deadline = time.monotonic() + timeout

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import api
-from tests.support import Client, GatewayThread, wait_for
+from tests import api, census
+from tests.support import Client, GatewayThread, wait_for, wrote
 
 
 @pytest.fixture
@@ -25,15 +25,19 @@ def submit(client: Client, code: str) -> str:
 
 def test_a_queued_run_waits_and_can_be_cancelled_before_it_starts(one_slot: GatewayThread) -> None:
     client = one_slot.client()
-    first = submit(client, "import time; time.sleep(30)")
+    first = submit(client, "import time\nopen('started', 'w').close()\ntime.sleep(120)")
     queued = submit(client, "print('never')")
     assert client.request("GET", f"/v1/runs/{queued}").json()["status"] == "queued"
     cancelled = client.request("DELETE", f"/v1/runs/{queued}").json()
     assert cancelled["status"] == "cancelled" and cancelled["stdout"] == ""
     assert any("before it started" in note for note in cancelled["notes"])
     assert client.request("GET", f"/v1/runs/{first}").json()["status"] == "running"
-    client.request("DELETE", f"/v1/runs/{first}")
-    assert wait_for(one_slot.idle, timeout=30)
+    # the first run's code runs (not its kernel's start) when it is cancelled, and its kernel
+    # ends with it: no sandbox of a run is left long before the code's 120 s are up
+    assert wait_for(lambda: wrote(one_slot, "started"), timeout=60)
+    ended = client.request("DELETE", f"/v1/runs/{first}").json()
+    assert (ended["status"], ended["kill_reason"]) == ("cancelled", "cancelled"), ended
+    assert census.after_teardown(timeout=60) == []
     assert client.run(code="print('slot free')")["stdout"] == "slot free\n"
 
 
@@ -66,14 +70,16 @@ def gauges(client: Client) -> tuple[float, float, int]:
 def test_the_gauges_count_a_running_and_a_queued_run(one_slot: GatewayThread) -> None:
     client = one_slot.client()
     assert gauges(client) == (0, 0, 0)
-    first = submit(client, "import time; time.sleep(60)")
+    first = submit(client, "import time\nopen('started', 'w').close()\ntime.sleep(120)")
     api.poll_run(client, first, until=lambda r: r["status"] == "running")
+    assert wait_for(lambda: wrote(one_slot, "started"), timeout=60)  # its kernel runs the code
     queued = submit(client, "print('waits')")
     assert client.request("GET", f"/v1/runs/{queued}").json()["status"] == "queued"
     assert gauges(client) == (1, 1, 1)  # running, queue length; health's running kernels
     second_queued = submit(client, "print('waits too')")
     assert gauges(client) == (1, 2, 1)
-    for run_id in (second_queued, queued, first):
-        client.request("DELETE", f"/v1/runs/{run_id}")
-    assert wait_for(one_slot.idle, timeout=30)
+    ids = (second_queued, queued, first)
+    records = [client.request("DELETE", f"/v1/runs/{run_id}").json() for run_id in ids]
+    assert [(r["status"], r["kill_reason"]) for r in records] == [("cancelled", "cancelled")] * 3
+    assert census.after_teardown(timeout=60) == []  # the running one's kernel ended too
     assert gauges(client) == (0, 0, 0)

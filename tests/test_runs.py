@@ -10,7 +10,7 @@ import pytest
 
 from tests import census
 from tests.api import poll_run, submit
-from tests.support import Client
+from tests.support import Client, GatewayThread, wait_for, wrote
 
 RECORD_FIELDS = {
     "id",
@@ -351,22 +351,29 @@ def test_get_and_notebook_of_a_run(client: Client) -> None:
     assert [o.output_type for o in cell.outputs] == ["stream", "execute_result"]
 
 
-def test_background_run_polls_and_cancels(client: Client) -> None:
+def test_background_run_polls_and_cancels(gateway: GatewayThread, client: Client) -> None:
+    """The cancel lands while the code runs (it has written `started`), not while its kernel
+    starts, and ends that kernel: no sandbox of the run is left once the gateway settles."""
     response = client.request(
         "POST",
         "/v1/runs",
-        {"code": "import time\nprint('x', flush=True)\ntime.sleep(60)", "background": True},
+        {
+            "code": "import time\nopen('started', 'w').close()\ntime.sleep(120)",
+            "background": True,
+        },
     )
     assert response.status == 202
     run_id = response.json()["id"]
     assert response.json()["status"] in ("queued", "running")
     poll_run(client, run_id, until=lambda r: r["status"] == "running", timeout=30)
+    assert wait_for(lambda: wrote(gateway, "started"), timeout=60)
     cancelled = client.request("DELETE", f"/v1/runs/{run_id}")
     assert cancelled.status == 200
     record = cancelled.json()
-    assert record["status"] == "cancelled" and record["kill_reason"] == "cancelled"
+    assert record["status"] == "cancelled" and record["kill_reason"] == "cancelled", record
     assert record["exit_code"] is None
     assert client.request("GET", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+    assert census.after_teardown(timeout=60) == []  # long before the code's 120 s are up
 
 
 def test_runs_in_parallel_do_not_block_each_other(client: Client) -> None:
