@@ -1,5 +1,5 @@
-"""Helpers every test module shares: the API's error shape, token files, and waiting for a
-background run."""
+"""Helpers every test module shares: the API's error shape, token files, waiting for a
+background run, and runs that take a pooled kernel on purpose."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.support import Client, Response
+from tests.support import Client, Response, wait_for
 
 _ANY = object()
 
@@ -72,3 +72,28 @@ def submit(client: Client, body: dict[str, Any]) -> str:
     response = client.request("POST", "/v1/runs", {**body, "background": True})
     assert response.status == 202, response.body[:1000]
     return str(response.json()["id"])
+
+
+# --- the warm pools, as /v1/health tells them ----------------------------------------------
+
+
+def pools(client: Client) -> dict[str, Any]:
+    pools: dict[str, Any] = client.request("GET", "/v1/health").json()["pools"]
+    return pools
+
+
+def full(client: Client) -> bool:
+    return all(p["ready"] == p["size"] for p in pools(client).values())
+
+
+KERNEL = {"python": "ipykernel", "bash": "bash", "javascript": "deno", "typescript": "deno"}
+
+
+def take(client: Client, code: str, language: str = "python", **body: Any) -> dict[str, Any]:
+    """A run that takes a ready pooled kernel (waits for the pool to be full first)."""
+    assert wait_for(lambda: full(client), timeout=120), pools(client)
+    kind = KERNEL[language]
+    hits = pools(client)[kind]["hits"]
+    record = client.run(code=code, language=language, **body)
+    assert pools(client)[kind]["hits"] == hits + 1, "the run did not take a pooled kernel"
+    return record

@@ -12,17 +12,9 @@ import pytest
 
 from gateway.execution.pool import overcommitted, total_memory
 from gateway.settings import GiB, Settings
+from tests.api import full, pools, take
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, wait_for
-
-
-def pools(client: Client) -> dict[str, Any]:
-    pools: dict[str, Any] = client.request("GET", "/v1/health").json()["pools"]
-    return pools
-
-
-def full(client: Client) -> bool:
-    return all(p["ready"] == p["size"] for p in pools(client).values())
+from tests.support import GatewayThread, wait_for
 
 
 @pytest.fixture
@@ -33,19 +25,6 @@ def pooled(backend_name: str) -> Iterator[GatewayThread]:
         yield server
     finally:
         server.stop()
-
-
-KERNEL = {"python": "ipykernel", "bash": "bash", "javascript": "deno", "typescript": "deno"}
-
-
-def take(client: Client, code: str, language: str = "python", **body: Any) -> dict[str, Any]:
-    """A run that takes a ready pooled kernel (waits for the pool to be full first)."""
-    assert wait_for(lambda: full(client), timeout=120), pools(client)
-    kind = KERNEL[language]
-    hits = pools(client)[kind]["hits"]
-    record = client.run(code=code, language=language, **body)
-    assert pools(client)[kind]["hits"] == hits + 1, "the run did not take a pooled kernel"
-    return record
 
 
 IDENTITY = (
