@@ -378,8 +378,9 @@ def sandboxes_exist() -> bool:
 
 
 def clean_up() -> None:
-    """After a failed census: kill the stray processes and remove our folders and containers,
-    so that one leak fails one test, not every test after it."""
+    """After a failed census: end and remove what it found (stray processes, sandbox
+    folders and their mounts, cgroups, workspace mounts, containers and volumes), so that
+    one leak fails one test, not every test after it."""
     import shutil
     import signal
 
@@ -392,9 +393,11 @@ def clean_up() -> None:
         with contextlib.suppress(OSError):
             remove_tree(Path(folder))  # unmounts a sandbox's tmpfs first
         shutil.rmtree(folder, ignore_errors=True)
-    for leftover in workspace_mounts():
-        if leftover.startswith("mount "):  # its loop device goes with it (autoclear)
+    for leftover in sandbox_mounts() + workspace_mounts():
+        if leftover.startswith("mount "):  # a loop device goes with its mount (autoclear)
             subprocess.run(["umount", "-l", leftover[len("mount ") :]], check=False)
+    for group in sandbox_cgroups():
+        remove_cgroup(Path(group))
     if DOCKER_INSTANCES:
         with contextlib.suppress(Exception):
             client = _docker_client()
@@ -402,3 +405,33 @@ def clean_up() -> None:
             for container in client.containers.list(all=True, sparse=True, filters=selector):
                 if (container.attrs.get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES:
                     container.remove(force=True)
+            for volume in client.volumes.list(filters=selector):
+                labels = (volume.attrs or {}).get("Labels") or {}
+                if labels.get(LABEL_INSTANCE) in DOCKER_INSTANCES:
+                    volume.remove(force=True)
+
+
+def remove_cgroup(path: Path, timeout: float = 10.0) -> None:
+    """Kill every process in a cgroup folder (and its sub-groups), then remove the folders,
+    deepest first: a cgroup goes only once it holds no process (cgroup v1 and v2 alike)."""
+    import signal
+
+    folders = sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+    folders.append(path)
+    with contextlib.suppress(OSError):
+        (path / "cgroup.kill").write_text("1")  # v2: the kernel kills them all at once
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = set()
+        for folder in folders:
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import census
+from tests import census, needs
 from tests.support import free_port, wait_for
 
 
@@ -78,3 +78,40 @@ def test_a_docker_census_that_cannot_ask_fails(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{free_port()}")
     with pytest.raises(census.CensusError, match="Docker census failed"):
         census.census()
+
+
+@pytest.fixture
+def leaked_cgroup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A cgroup named as a sandbox's of a gateway of ours (`gateway-gw<instance[:6]>-*`),
+    a process in it: what a sandbox that was never destroyed leaves behind."""
+    instance = "tcensus" + os.urandom(4).hex()
+    monkeypatch.setattr(census, "INSTANCES", {*census.INSTANCES, instance})
+    root = Path("/sys/fs/cgroup")
+    parent = root if (root / "cgroup.controllers").exists() else root / "pids"
+    path = parent / f"gateway-gw{instance[:6]}-leak"
+    try:
+        path.mkdir()
+    except OSError as exc:
+        needs.missing("cgroups", f"this process cannot make a cgroup ({exc})")
+    sleeper = subprocess.Popen(["sleep", "1000"])
+    try:
+        (path / "cgroup.procs").write_text(str(sleeper.pid))
+        yield path, sleeper
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+        census.remove_cgroup(path)
+
+
+def test_clean_up_removes_a_leaked_cgroup_and_what_runs_in_it(
+    leaked_cgroup: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    path, sleeper = leaked_cgroup
+    found = census.census()
+    assert str(path) in found and any(f"pid {sleeper.pid} " in line for line in found), found
+    census.clean_up()
+    assert sleeper.wait(10) == -signal.SIGKILL
+    assert not path.exists()
+    assert census.census() == []  # the next test starts clean: one leak fails one test

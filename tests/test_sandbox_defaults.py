@@ -18,6 +18,7 @@ import pytest
 
 from gateway.sandbox.local import LocalBackend
 from gateway.settings import Settings
+from tests import needs
 from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread
@@ -96,9 +97,10 @@ def test_a_kernel_runs_under_the_default_limits(gateway: GatewayThread, client: 
         backend = gateway.gateway.services.backend if gateway.gateway.services else None
         assert isinstance(backend, LocalBackend)
         if not backend.features.cgroups:
-            pytest.skip(
+            needs.missing(
+                "cgroups",
                 "the local backend gets no cgroup on this machine (it needs root and the "
-                "memory, pids and cpu controllers), so it has no limits to read"
+                "memory, pids and cpu controllers), so it has no limits to read",
             )
     record = client.run(code=PROBE)
     assert record["status"] == "succeeded", record
