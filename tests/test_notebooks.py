@@ -21,7 +21,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from PIL import Image
 
 from gateway.models.languages import notebook_metadata
-from tests.api import assert_error, poll_run
+from tests.api import assert_error
 from tests.conftest import start_gateway
 from tests.notebook_compare import (
     assert_same_execution,
@@ -29,7 +29,7 @@ from tests.notebook_compare import (
     decode_image,
     execute_reference,
 )
-from tests.support import REPO, Client, GatewayThread, wait_for
+from tests.support import REPO, Client, GatewayThread, wait_for, wrote
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -240,33 +240,26 @@ def test_total_timeout_spans_the_cells(client: Client) -> None:
 
 
 def test_delete_cancels_a_running_notebook(gateway: GatewayThread, client: Client) -> None:
-    """Cancel while the second cell sleeps: the first cell's output stays, the third never
-    runs. Nothing outside shows that the first cell is done, so the cancel comes once the
-    run is `running` and a little later on each try, until one lands after the first cell."""
-    nb = notebook("print('first')", "import time\ntime.sleep(60)", "print('never')")
-    for attempt in range(6):
-        answers: list[dict[str, Any]] = []
-        poster = threading.Thread(target=lambda out=answers: out.append(replay(client, nb)))
-        poster.start()
-        try:
-            assert wait_for(lambda: bool(running_ids(gateway)), timeout=30)
-            run_id = running_ids(gateway)[0]
-            poll_run(client, run_id, until=lambda r: r["status"] == "running")
-            threading.Event().wait(0.25 * 2**attempt)  # the kernel starts, then cell 1 runs
-            assert client.request("DELETE", f"/v1/runs/{run_id}").status == 200
-        finally:
-            poster.join(60)
-        run, cells = answers[0]["run"], code_cells(answers[0])
-        assert (run["status"], run["kill_reason"], run["exit_code"]) == (
-            "cancelled",
-            "cancelled",
-            None,
-        )
-        assert cells[2]["execution_count"] is None
-        if cells[0]["execution_count"] is not None:  # the cancel came after the first cell
-            assert cells[0]["execution_count"] == 1 and stdout_of(cells[0]) == "first\n"
-            return
-    raise AssertionError("no cancel landed after the first cell in 6 tries")
+    """Cancel while the second cell sleeps (it has written `started`, which the host sees):
+    the first cell's output stays, the third never runs."""
+    nb = notebook(
+        "print('first')",
+        "open('started', 'w').close()\nimport time\ntime.sleep(120)",
+        "print('never')",
+    )
+    answers: list[dict[str, Any]] = []
+    poster = threading.Thread(target=lambda: answers.append(replay(client, nb)))
+    poster.start()
+    try:
+        assert wait_for(lambda: wrote(gateway, "started"), timeout=90)
+        [run_id] = running_ids(gateway)
+        assert client.request("DELETE", f"/v1/runs/{run_id}").status == 200
+    finally:
+        poster.join(60)
+    run, cells = answers[0]["run"], code_cells(answers[0])
+    assert (run["status"], run["kill_reason"], run["exit_code"]) == ("cancelled", "cancelled", None)
+    assert cells[0]["execution_count"] == 1 and stdout_of(cells[0]) == "first\n"
+    assert cells[2]["execution_count"] is None
 
 
 def running_ids(gateway: GatewayThread) -> list[str]:
