@@ -67,6 +67,12 @@ def poll_run(
         time.sleep(0.1)
 
 
+def truncation_marker(dropped: int) -> str:
+    """What stands for the middle a cap cut out of a text (API.md, the run record's
+    `*_truncated`): a line of its own naming the bytes of UTF-8 left out."""
+    return f"\n[... {dropped} bytes truncated ...]\n"
+
+
 def submit(client: Client, body: dict[str, Any]) -> str:
     """POST a background run; its id."""
     response = client.request("POST", "/v1/runs", {**body, "background": True})

@@ -10,7 +10,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.execution.collector import Caps, OutputCollector
-from gateway.execution.textcap import HeadTailText, truncation_marker, utf8_head, utf8_size
+from gateway.execution.textcap import HeadTailText
+from tests.api import truncation_marker
+
+
+def utf8_size(text: str) -> int:
+    return len(text.encode())
+
+
+def utf8_head(text: str, nbytes: int) -> str:
+    """The longest start of `text` made of whole characters within `nbytes` bytes of UTF-8."""
+    size = 0
+    for index, character in enumerate(text):
+        size += len(character.encode())
+        if size > nbytes:
+            return text[:index]
+    return text
+
 
 # multi-byte characters too, so that cuts fall inside them
 TEXTS = st.lists(st.text(alphabet="ab\né€😀", max_size=40), max_size=30)

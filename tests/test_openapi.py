@@ -22,6 +22,7 @@ from gateway.openapi import build_document
 from tests.invalid_requests import RUN_FIELD_ERRORS, status_of
 from tests.openapi_support import (
     DOC,
+    DOCUMENTED_ERRORS,
     METHODS,
     assert_error_answer,
     assert_valid,
@@ -35,6 +36,11 @@ from tests.support import Client, GatewayThread
 def test_document_is_valid_openapi_3_1() -> None:
     assert DOC["openapi"].startswith("3.1")
     validate_spec(DOC)
+
+
+def test_the_documents_error_codes_are_those_of_the_api_contract() -> None:
+    listed = DOC["components"]["schemas"]["Error"]["x-error-codes"]
+    assert {int(status): set(codes) for status, codes in listed.items()} == DOCUMENTED_ERRORS
 
 
 def test_validation_catches_a_broken_document() -> None:

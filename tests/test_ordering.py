@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import tornado.websocket
 
-from gateway.execution.textcap import truncation_marker
+from tests.api import truncation_marker
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread
 
