@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
 import subprocess
 import tempfile
@@ -41,8 +42,8 @@ LABEL_INSTANCE = "gateway.instance"
 INSTANCES: set[str] = set()
 DOCKER_INSTANCES: set[str] = set()
 # Live gateways of this test process: the idle kernels in their pools are alive on purpose.
-# Each has `pooled()`, the footprints (gateway.sandbox.base.Footprint) of those kernels;
-# what a run left behind is never among them (a pooled kernel leaves its pool when taken).
+# Which sandboxes those are, the census finds out from the outside (`pooled`), never by
+# asking the gateway (the code under test).
 LIVE_GATEWAYS: set[Any] = set()
 # Workspaces roots of the gateways this test process started: a live gateway keeps its
 # users' workspace images mounted there (quota.py); once it stops, none may stay mounted
@@ -50,19 +51,101 @@ LIVE_GATEWAYS: set[Any] = set()
 WORKSPACE_ROOTS: set[Path] = set()
 
 
-def _pooled() -> dict[str, set[Any]]:
-    found: dict[str, set[Any]] = {
-        k: set() for k in ("containers", "volumes", "folders", "cgroups", "pids")
-    }
+class CensusError(RuntimeError):
+    """The census could not be taken: a test must fail, not pass as clean."""
+
+
+# --- pooled sandboxes, seen from the outside ---------------------------------------------------
+#
+# A sandbox of a live gateway is taken for an idle pooled one only if its kernel says, over
+# its own sockets, that it has never run a cell (a silent, empty execute request answers
+# with the kernel's execution count: that of a fresh kernel) and its working folder is
+# empty. A used sandbox left in a pool, or any other, is a leak. What belongs to a pooled
+# sandbox is found by its folder's name too: its cgroup (`gateway-<folder>`), its processes
+# (in that cgroup, or naming the folder on their command line, and the whole process tree
+# they are in), its container (which mounts a file of the folder), the mounts in it.
+
+# The execution count a kernel that has run nothing answers with: IRkernel's names the
+# number of the next cell, the others (ipykernel, our bash and Deno kernels) the last one's.
+FRESH_COUNT = {"R": 1}
+PROBE_TIMEOUT = 10.0
+
+
+def connection_of(folder: Path) -> dict[str, Any] | None:
+    """The kernel's connection info of a sandbox folder, its ipc address made the host's:
+    the socket `<ip basename>-<port>` is in the folder (`k/` local, `sock/` Docker)."""
+    for file in (folder / "connection.json", folder / "k" / "connection.json"):
+        with contextlib.suppress(OSError, ValueError):
+            info: dict[str, Any] = json.loads(file.read_text())
+            base = os.path.basename(str(info["ip"]))
+            for sub in ("k", "sock"):
+                if (folder / sub / f"{base}-{info['shell_port']}").exists():
+                    return {**info, "ip": str(folder / sub / base)}
+    return None
+
+
+def _ask(client: Any, msg_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + PROBE_TIMEOUT
+    while True:
+        reply: dict[str, Any] = client.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.01))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
+
+
+def never_ran_code(folder: Path) -> bool:
+    """Whether the sandbox's kernel has never run a cell and its working folder is empty
+    (False when the kernel does not answer)."""
+    from jupyter_client import BlockingKernelClient
+
+    work = folder / "work"
+    if work.is_dir() and any(work.iterdir()):
+        return False
+    info = connection_of(folder)
+    if info is None:
+        return False
+    client = BlockingKernelClient()
+    client.load_connection_info(info)
+    client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+    try:
+        language = _ask(client, client.kernel_info())["content"]["language_info"]["name"]
+        executed = _ask(client, client.execute("", silent=True, store_history=False))
+        return bool(executed["content"].get("execution_count") == FRESH_COUNT.get(language, 0))
+    except Exception:  # no answer in time (queue.Empty), a malformed one: not pooled
+        return False
+    finally:
+        client.stop_channels()
+
+
+def pooled() -> set[Path]:
+    """The sandbox folders of live gateways that hold an idle pooled kernel (see above)."""
+    found: set[Path] = set()
     for gateway in list(LIVE_GATEWAYS):
-        for footprint in gateway.pooled():
-            for kind, names in found.items():
-                names.update(getattr(footprint, kind))
+        instance = gateway.settings.instance_id or ""
+        found.update(f for f in folders_of(instance) if never_ran_code(f))
     return found
 
 
-class CensusError(RuntimeError):
-    """The census could not be taken: a test must fail, not pass as clean."""
+def _pooled_processes(table: dict[int, Proc], folders: set[Path]) -> set[int]:
+    """The processes of pooled sandboxes: each in the cgroup of one, or naming one's folder on
+    its command line, and with it the whole tree below pytest it is in."""
+    if not folders:
+        return set()
+    me = os.getpid()
+    groups = tuple(f"/gateway-{f.name}\n" for f in folders)
+    paths = tuple(f"{f}/".encode() for f in folders)
+    found: set[int] = set()
+    for proc in table.values():
+        with contextlib.suppress(OSError):
+            cgroup = Path(f"/proc/{proc.pid}/cgroup").read_text()
+            command = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            if any(g in cgroup for g in groups) or any(p in command for p in paths):
+                top = proc
+                while top.ppid != me and top.ppid in table:
+                    top = table[top.ppid]
+                if top.ppid == me:
+                    found.add(top.pid)
+                    found.update(p.pid for p in descendants(top.pid, table))
+    return found
 
 
 # --- processes ----------------------------------------------------------------------------
@@ -164,24 +247,22 @@ def harness_owned(what: str) -> Iterator[None]:
             _OWNED[(proc.pid, proc.start)] = what
 
 
-def stray_processes() -> list[str]:
-    """Live descendants of pytest that the harness does not own: leaked sandbox processes."""
-    return [str(p) for p in _strays()]
+def stray_processes(idle: set[Path] | None = None) -> list[str]:
+    """Live descendants of pytest that the harness does not own and no pooled sandbox holds:
+    leaked sandbox processes."""
+    return [str(p) for p in _strays(idle)]
 
 
-def stray_pids() -> list[int]:
-    return [p.pid for p in _strays()]
+def stray_pids(idle: set[Path] | None = None) -> list[int]:
+    return [p.pid for p in _strays(idle)]
 
 
-def _strays() -> list[Proc]:
+def _strays(idle: set[Path] | None) -> list[Proc]:
     if not is_subreaper():
         raise CensusError("pytest is not a child subreaper: orphaned processes would escape")
     me = os.getpid()
     table = process_table()
-    owned: set[int] = set()
-    for pid in _pooled()["pids"]:
-        owned.add(pid)
-        owned.update(p.pid for p in descendants(pid, table))
+    owned = _pooled_processes(table, pooled() if idle is None else idle)
     for (pid, start), _ in list(_OWNED.items()):
         proc = table.get(pid)
         if proc is None or proc.start != start or proc.state == "Z":
@@ -205,38 +286,36 @@ def folders_of(instance: str) -> list[Path]:
     return sorted(Path(tempfile.gettempdir()).glob(f"gw{instance[:6]}-*"))
 
 
-def sandbox_folders() -> list[str]:
+def sandbox_folders(idle: set[Path] | None = None) -> list[str]:
     tmp = Path(tempfile.gettempdir())
-    pooled = _pooled()["folders"]
-    found = (str(p) for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
-    return sorted(f for f in found if f not in pooled)
+    idle = pooled() if idle is None else idle
+    found = (p for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
+    return sorted(str(f) for f in found if f not in idle)
 
 
-def sandbox_mounts() -> list[str]:
+def sandbox_mounts(idle: set[Path] | None = None) -> list[str]:
     """Mounts (the Docker sandboxes' socket and working folder tmpfs) in our sandbox folders."""
     tmp = os.fsencode(Path(tempfile.gettempdir()))
     prefixes = tuple(tmp + b"/" + prefix.encode() for prefix in _prefixes())
     if not prefixes:
         return []
-    pooled = tuple(os.fsencode(f) + b"/" for f in _pooled()["folders"])
-    with open("/proc/self/mountinfo", "rb") as info:
-        points = [line.split()[4] for line in info]
+    inside = tuple(os.fsencode(f) + b"/" for f in (pooled() if idle is None else idle))
     return sorted(
         f"mount {os.fsdecode(p)}"
-        for p in points
-        if p.startswith(prefixes) and not p.startswith(pooled)
+        for p in _mount_points()
+        if p.startswith(prefixes) and not p.startswith(inside)
     )
 
 
-def sandbox_cgroups() -> list[str]:
+def sandbox_cgroups(idle: set[Path] | None = None) -> list[str]:
     root = Path("/sys/fs/cgroup")
     names = [f"gateway-{p}" for p in _prefixes()]
-    pooled = _pooled()["cgroups"]
+    groups = {f"gateway-{f.name}" for f in (pooled() if idle is None else idle)}
     return sorted(
         str(p)
         for name in names
         for p in [*root.glob(f"*/{name}*"), *root.glob(f"{name}*")]
-        if p.name not in pooled
+        if p.name not in groups
     )
 
 
@@ -309,7 +388,7 @@ def close() -> None:
             client.close()
 
 
-def docker_leftovers() -> list[str]:
+def docker_leftovers(idle: set[Path] | None = None) -> list[str]:
     """Containers and volumes of our Docker gateways; raises CensusError if it cannot ask."""
     if not DOCKER_INSTANCES:
         return []
@@ -322,27 +401,29 @@ def docker_leftovers() -> list[str]:
     except Exception as exc:  # any failure to ask is a failed census, never a clean one
         close()
         raise CensusError(f"the Docker census failed: {exc!r}") from exc
-    pooled = _pooled()
+    inside = tuple(f"{f}/" for f in (pooled() if idle is None else idle))
     found = [
         f"container {','.join(c.attrs.get('Names') or [c.id])} ({c.attrs.get('State')})"
         for c in containers
         if (c.attrs.get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
-        and not {n.lstrip("/") for n in c.attrs.get("Names") or []} & pooled["containers"]
+        and not any(
+            str(m.get("Source", "")).startswith(inside) for m in c.attrs.get("Mounts") or []
+        )
     ]
     found += [
         f"volume {v.name}"
         for v in volumes
         if ((v.attrs or {}).get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
-        and v.name not in pooled["volumes"]
     ]
     return found
 
 
 def census() -> list[str]:
     """Everything a sandbox left behind; empty when clean. Raises CensusError if it cannot tell."""
-    found = [f"process {p}" for p in stray_processes()]
-    found += sandbox_folders() + sandbox_mounts() + sandbox_cgroups() + workspace_mounts()
-    return found + docker_leftovers()
+    idle = pooled()
+    found = [f"process {p}" for p in stray_processes(idle)]
+    found += sandbox_folders(idle) + sandbox_mounts(idle) + sandbox_cgroups(idle)
+    return found + workspace_mounts() + docker_leftovers(idle)
 
 
 # How long a gateway may take to settle: longer than a kernel start may take before it fails
@@ -368,12 +449,13 @@ def after_teardown(timeout: float = SETTLE_TIMEOUT) -> list[str]:
 
 def sandboxes_exist() -> bool:
     """Whether some sandbox of ours is there now (a folder, a cgroup or a container)."""
+    idle = pooled()
     return bool(
-        sandbox_folders()
-        or sandbox_mounts()
-        or sandbox_cgroups()
+        sandbox_folders(idle)
+        or sandbox_mounts(idle)
+        or sandbox_cgroups(idle)
         or workspace_mounts()
-        or docker_leftovers()
+        or docker_leftovers(idle)
     )
 
 
@@ -384,19 +466,20 @@ def clean_up() -> None:
     import shutil
     import signal
 
-    for pid in stray_pids():
+    idle = pooled()
+    for pid in stray_pids(idle):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     from gateway.sandbox.mounts import remove_tree
 
-    for folder in sandbox_folders():
+    for folder in sandbox_folders(idle):
         with contextlib.suppress(OSError):
             remove_tree(Path(folder))  # unmounts a sandbox's tmpfs first
         shutil.rmtree(folder, ignore_errors=True)
-    for leftover in sandbox_mounts() + workspace_mounts():
+    for leftover in sandbox_mounts(idle) + workspace_mounts():
         if leftover.startswith("mount "):  # a loop device goes with its mount (autoclear)
             subprocess.run(["umount", "-l", leftover[len("mount ") :]], check=False)
-    for group in sandbox_cgroups():
+    for group in sandbox_cgroups(idle):
         remove_cgroup(Path(group))
     if DOCKER_INSTANCES:
         with contextlib.suppress(Exception):

@@ -26,7 +26,6 @@ from gateway.sandbox.base import (
     BackendContext,
     Death,
     FilesRead,
-    Footprint,
     LimitEvent,
     ReadLimits,
     Sandbox,
@@ -177,6 +176,3 @@ class FakeSandbox(Sandbox):
             return await super().set_memory_limit(memory_bytes)  # the default: cannot
         self.memory_bytes = memory_bytes
         return True
-
-    def footprint(self) -> Footprint:
-        return Footprint(folders=(str(self.root),))

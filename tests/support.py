@@ -152,11 +152,6 @@ class GatewayThread:
         assert self.gateway.services is not None
         return self.gateway.services.runs.settled
 
-    def pooled(self) -> list[Any]:
-        """Footprints of the idle pooled kernels: alive on purpose, not leaks."""
-        services = self.gateway.services
-        return [] if services is None else services.runs.pools.footprints()
-
     def stop(self) -> None:
         census.LIVE_GATEWAYS.discard(self)
         try:

@@ -27,7 +27,6 @@ from gateway.sandbox.base import (
     BackendContext,
     Death,
     FilesRead,
-    Footprint,
     ReadLimits,
     Sandbox,
     SandboxBackend,
@@ -196,7 +195,6 @@ def test_a_sandbox_with_only_the_required_methods_says_it_cannot_do_the_rest() -
     frozen, usage, events, lowered = asyncio.run(capabilities())
     assert frozen is False and lowered is False and events == frozenset()
     assert usage.cpu_ms is None and usage.peak_memory_bytes is None
-    assert sandbox.footprint() == Footprint()
     required = {
         "start",
         "stage_files",

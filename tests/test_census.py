@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from jupyter_client import BlockingKernelClient
 
 from tests import census, needs
+from tests.api import full
+from tests.conftest import start_gateway
 from tests.support import free_port, wait_for
 
 
@@ -115,3 +118,25 @@ def test_clean_up_removes_a_leaked_cgroup_and_what_runs_in_it(
     assert sleeper.wait(10) == -signal.SIGKILL
     assert not path.exists()
     assert census.census() == []  # the next test starts clean: one leak fails one test
+
+
+def test_a_pooled_kernel_that_ran_code_is_a_leak() -> None:
+    """The census tells an idle pooled sandbox from a used one by asking its kernel, never the
+    gateway: one that ran a cell (here through its own sockets) is a leak, pooled or not."""
+    server = start_gateway("local", pool_python=1, pool_bash=0, pool_deno=0, pool_r=0)
+    try:
+        assert wait_for(lambda: full(server.client()), timeout=120)
+        [folder] = census.folders_of(server.settings.instance_id or "")
+        assert census.census() == []  # alive on purpose
+        info = census.connection_of(folder)
+        assert info is not None
+        client = BlockingKernelClient()
+        client.load_connection_info(info)
+        client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        try:
+            client.execute_interactive("used = True", timeout=30)
+        finally:
+            client.stop_channels()
+        assert str(folder) in census.census()
+    finally:
+        server.stop()

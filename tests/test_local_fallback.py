@@ -38,7 +38,7 @@ def run_and_count_strays(server: GatewayThread, code: str) -> list[str]:
     record = server.client().run(language="bash", code=code)
     assert record["status"] == "succeeded" and record["stdout"] == "started\n", record
     # a pooled kernel still starting (the pool refills after the run took one) is no stray:
-    # its footprint is known once it is ready
+    # it is told from a leak once it is ready (census.pooled)
     assert wait_for(server.idle, timeout=60)
     wait_for(lambda: not census.stray_pids(), timeout=10)
     return census.stray_processes()

@@ -32,7 +32,7 @@ from gateway.execution.session import KernelSession, limits_from, start_session
 from gateway.metrics import Metrics
 from gateway.models.common import Language
 from gateway.models.languages import Kernel, traits
-from gateway.sandbox.base import Footprint, SandboxBackend, SandboxSpec
+from gateway.sandbox.base import SandboxBackend, SandboxSpec
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -336,10 +336,6 @@ class Pools:
             and any(pool.wanted > 0 for pool in self.pools.values())
         )
         return wanted or any(p.starting for p in self.pools.values()) or bool(self._closing_tasks)
-
-    def footprints(self) -> list[Footprint]:
-        """What the idle pooled kernels hold on the machine."""
-        return [s.sandbox.footprint() for pool in self.pools.values() for s in pool.ready]
 
     def describe(self) -> dict[str, dict[str, int]]:
         return {

@@ -88,17 +88,6 @@ class SandboxSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class Footprint:
-    """What a sandbox holds on the machine, by name (for operators and leak checks)."""
-
-    containers: tuple[str, ...] = ()
-    volumes: tuple[str, ...] = ()
-    folders: tuple[str, ...] = ()
-    cgroups: tuple[str, ...] = ()
-    pids: tuple[int, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
 class Death:
     """How a kernel ended when it was not ended by us."""
 
@@ -192,11 +181,6 @@ class Sandbox(abc.ABC):
         for less memory takes a pooled kernel; False (the default: this sandbox cannot)
         makes the run start a kernel of its own instead."""
         return False
-
-    def footprint(self) -> Footprint:
-        """What this sandbox holds on the machine now, by name. Asked by the pools for
-        their idle kernels (operators, the tests' leak census). Default: nothing."""
-        return Footprint()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,6 @@ from gateway.sandbox.base import (
     BackendContext,
     Death,
     FilesRead,
-    Footprint,
     KernelEnvironment,
     LimitEvent,
     ReadLimits,
@@ -619,12 +618,6 @@ class DockerSandbox(Sandbox):
         if self._state.get("OOMKilled"):  # as last inspected (death() inspects a dead one)
             events.add("memory")
         return frozenset(events)
-
-    def footprint(self) -> Footprint:
-        return Footprint(
-            containers=(self.name,) if self.container is not None else (),
-            folders=(str(self.host_dir),),
-        )
 
     async def destroy(self) -> None:
         try:

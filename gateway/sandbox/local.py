@@ -46,7 +46,6 @@ from gateway.sandbox.base import (
     BackendContext,
     Death,
     FilesRead,
-    Footprint,
     KernelEnvironment,
     LimitEvent,
     ReadLimits,
@@ -634,14 +633,6 @@ class LocalSandbox(Sandbox):
         if self.group.pids_limit_hit():
             events.add("pids")
         return frozenset(events)
-
-    def footprint(self) -> Footprint:
-        cgroups = () if self.group is None else (self.group.name,)
-        return Footprint(
-            folders=(str(self.root),),
-            cgroups=cgroups,
-            pids=() if self.pid is None else (self.pid,),
-        )
 
     async def destroy(self) -> None:
         try:
