@@ -246,52 +246,78 @@ def answers(client: Client) -> bool:
         return False
 
 
+@dataclasses.dataclass
+class Watch:
+    """What a gateway process did while a block ran (`watching`): the peak of its resident
+    memory above the baseline, and how long `GET /v1/health` took for another client."""
+
+    baseline: int
+    peak: int = 0
+    latencies: list[float] = dataclasses.field(default_factory=list)
+    failures: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def growth(self) -> int:
+        """Bytes of resident memory above the baseline, at the peak."""
+        return self.peak - self.baseline
+
+    @property
+    def worst_health(self) -> float:
+        return max(self.latencies, default=0.0)
+
+    def report(self) -> str:
+        mib = 1024 * 1024
+        return (
+            f"RSS {self.baseline / mib:.0f} MiB -> peak {self.peak / mib:.0f} MiB "
+            f"(+{self.growth / mib:.0f} MiB); another user's health: worst "
+            f"{self.worst_health:.2f} s over {len(self.latencies)} probes; {self.failures[:3]}"
+        )
+
+
 @contextlib.contextmanager
-def rss_growth(pid: int) -> Iterator[list[int]]:
-    """How far the process's resident memory rose above where it was at the start (sampled
-    every 20 ms: the current RSS, which falls again, unlike ru_maxrss)."""
+def watching(
+    pid: int, port: int | None = None, token: str | None = None, min_probes: int = 0
+) -> Iterator[Watch]:
+    """Sample the process's resident memory every 20 ms (the current RSS, which falls again,
+    unlike ru_maxrss) and, given a port, time `GET /v1/health` (with `token`) every 100 ms
+    while the block runs. With `min_probes`, the block's end waits (bounded) until that many
+    probes answered or failed: the attack the block started still holds during them."""
     process = psutil.Process(pid)
-    baseline = process.memory_info().rss
-    peak = [baseline]
+    watch = Watch(baseline=process.memory_info().rss)
+    watch.peak = watch.baseline
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.02):
-            peak[0] = max(peak[0], process.memory_info().rss)
+            with contextlib.suppress(psutil.Error):
+                watch.peak = max(watch.peak, process.memory_info().rss)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    growth = [0]
-    try:
-        yield growth
-    finally:
-        stop.set()
-        sampler.join()
-        growth[0] = max(peak[0], process.memory_info().rss) - baseline
-
-
-@contextlib.contextmanager
-def health_latency(port: int, token: str | None = None) -> Iterator[list[float]]:
-    """The slowest answer, in seconds, of `GET /v1/health` asked every 50 ms from another
-    client while the block runs (a refused or failed probe counts as 60 s)."""
-    client = Client(port, token)
-    slowest = [0.0]
-    stop = threading.Event()
-
-    def probe() -> None:
-        while not stop.wait(0.05):
+    def probe(client: Client) -> None:
+        while not stop.wait(0.1):
             started = time.monotonic()
             try:
-                ok = client.request("GET", "/v1/health", timeout=60).status == 200
-            except OSError:
-                ok = False
-            took = time.monotonic() - started if ok else 60.0
-            slowest[0] = max(slowest[0], took)
+                status = client.request("GET", "/v1/health", timeout=120).status
+            except OSError as exc:
+                watch.failures.append(repr(exc))
+                continue
+            watch.latencies.append(time.monotonic() - started)
+            if status != 200:
+                watch.failures.append(f"health {status}")
 
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
+    threads = [threading.Thread(target=sample, daemon=True)]
+    if port is not None:
+        threads.append(threading.Thread(target=probe, args=(Client(port, token),), daemon=True))
+    for thread in threads:
+        thread.start()
     try:
-        yield slowest
+        yield watch
+        deadline = time.monotonic() + 150
+        while len(watch.latencies) + len(watch.failures) < min_probes:
+            assert time.monotonic() < deadline, watch.report()
+            time.sleep(0.05)
     finally:
         stop.set()
-        prober.join()
+        for thread in threads:
+            thread.join(150)
+        with contextlib.suppress(psutil.Error):
+            watch.peak = max(watch.peak, process.memory_info().rss)

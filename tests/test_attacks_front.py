@@ -13,7 +13,6 @@ within its budgets and that health answers within a second or two whatever one c
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import select
 import socket
@@ -31,7 +30,7 @@ from gateway.app import routes
 from tests import raw_socket
 from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayProcess, GatewayThread
+from tests.support import Client, GatewayProcess, GatewayThread, watching
 from tests.test_openapi import route_template
 
 pytestmark = pytest.mark.attack
@@ -60,82 +59,6 @@ def gateway(tmp_path: Path, tokens: Path, **settings: Any) -> Iterator[GatewayPr
         yield server
     finally:
         server.stop()
-
-
-def rss(pid: int) -> int:
-    """The process's resident memory now, in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-@dataclasses.dataclass
-class Watch:
-    """What the gateway did while an attack held: its peak growth of resident memory, and
-    how long another user's health took."""
-
-    baseline: int
-    peak: int = 0
-    latencies: list[float] = dataclasses.field(default_factory=list)
-    failures: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def growth_mib(self) -> float:
-        return (self.peak - self.baseline) / MiB
-
-    @property
-    def worst_health(self) -> float:
-        return max(self.latencies, default=float("inf"))
-
-    def report(self) -> str:
-        return (
-            f"RSS {self.baseline / MiB:.0f} MiB -> peak {self.peak / MiB:.0f} MiB "
-            f"(+{self.growth_mib:.0f} MiB); another user's health: worst "
-            f"{self.worst_health:.2f} s over {len(self.latencies)} probes; {self.failures[:3]}"
-        )
-
-
-@contextlib.contextmanager
-def watching(server: GatewayProcess) -> Iterator[Watch]:
-    """Sample the gateway's RSS every 20 ms and time bob's `/v1/health` back to back."""
-    watch = Watch(baseline=rss(server.pid))
-    watch.peak = watch.baseline
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.02):
-            with contextlib.suppress(OSError, AssertionError):
-                watch.peak = max(watch.peak, rss(server.pid))
-
-    def probe() -> None:
-        bob = Client(server.port, BOB)
-        while not stop.wait(0.1):
-            started = time.monotonic()
-            try:
-                status = bob.request("GET", "/v1/health", timeout=120).status
-            except OSError as exc:
-                watch.failures.append(repr(exc))
-                continue
-            watch.latencies.append(time.monotonic() - started)
-            if status != 200:
-                watch.failures.append(f"health {status}")
-
-    threads = [threading.Thread(target=f, daemon=True) for f in (sample, probe)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield watch
-        # the attack still holds: at least a few probes of health answer (or fail) during it
-        deadline = time.monotonic() + 150
-        while len(watch.latencies) + len(watch.failures) < MIN_PROBES:
-            assert time.monotonic() < deadline, watch.report()
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(150)
-        print(watch.report())
 
 
 def connect(port: int, rcvbuf: int | None = None) -> socket.socket:
@@ -190,7 +113,7 @@ def test_bodies_sent_to_endpoints_that_take_none_cost_the_gateway_nothing(
             sent[index] = send_body(socks[index], 40 * MiB)
 
         try:
-            with watching(server) as watch:
+            with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
                 senders = [threading.Thread(target=attack, args=(i,)) for i in range(len(socks))]
                 for thread in senders:
                     thread.start()
@@ -199,7 +122,7 @@ def test_bodies_sent_to_endpoints_that_take_none_cost_the_gateway_nothing(
         finally:
             for sock in socks:
                 sock.close()
-    assert watch.growth_mib < 100, watch.report()
+    assert watch.growth < MiB * 100, watch.report()
     assert watch.worst_health < HEALTH_LATENCY and not watch.failures, watch.report()
 
 
@@ -329,7 +252,7 @@ def test_one_users_bodies_in_flight_are_bounded(tmp_path: Path, tokens: Path) ->
         socks = [connect(server.port) for _ in range(12)]
         answers: list[tuple[int, bytes]] = []
         try:
-            with watching(server) as watch:
+            with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
                 for sock in socks:
                     sock.sendall(head)
                     status, data = interim_or_final(sock)
@@ -345,7 +268,7 @@ def test_one_users_bodies_in_flight_are_bounded(tmp_path: Path, tokens: Path) ->
     assert len(admitted) <= 3 and len(admitted) + len(refused) == 12, [a[0] for a in answers]
     assert b'"capacity"' in refused[-1][1] and b"Retry-After:" in refused[-1][1], refused[-1]
     assert bob.status == 400 and bob.json()["error"]["field"] == "code", bob.body[:300]
-    assert watch.growth_mib < 200, watch.report()
+    assert watch.growth < MiB * 200, watch.report()
     assert watch.worst_health < HEALTH_LATENCY and not watch.failures, watch.report()
 
 
@@ -379,7 +302,7 @@ def test_one_users_websocket_messages_in_flight_are_bounded(tmp_path: Path, toke
             sent[index] = send_body(socks[index], 39 * MiB)
 
         try:
-            with watching(server) as watch:
+            with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
                 senders = [threading.Thread(target=attack, args=(i,)) for i in range(len(socks))]
                 for thread in senders:
                     thread.start()
@@ -388,7 +311,7 @@ def test_one_users_websocket_messages_in_flight_are_bounded(tmp_path: Path, toke
         finally:
             for sock in socks:
                 sock.close()
-    assert watch.growth_mib < 200, watch.report()
+    assert watch.growth < MiB * 200, watch.report()
     assert watch.worst_health < HEALTH_LATENCY and not watch.failures, watch.report()
 
 
@@ -426,7 +349,7 @@ def test_answers_nobody_reads_are_bounded_and_keep_the_loop_free(
         del record
         socks: list[socket.socket] = []
         try:
-            with watching(server) as watch:
+            with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
                 for _ in range(24):
                     sock = connect(server.port, rcvbuf=4096)
                     sock.sendall(request)
@@ -440,7 +363,7 @@ def test_answers_nobody_reads_are_bounded_and_keep_the_loop_free(
         finally:
             for sock in socks:
                 sock.close()
-    assert watch.growth_mib < 400, watch.report()
+    assert watch.growth < MiB * 400, watch.report()
     assert watch.worst_health < HEALTH_LATENCY and not watch.failures, watch.report()
 
 
@@ -470,7 +393,7 @@ def test_exporting_a_huge_notebook_does_not_freeze_the_loop(tmp_path: Path, toke
             statuses.append(response.status)
             assert len(json.loads(response.body)["cells"]) == 50_000
 
-        with watching(server) as watch:
+        with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
             exports = [threading.Thread(target=export) for _ in range(2)]
             for thread in exports:
                 thread.start()

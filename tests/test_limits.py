@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import GatewayProcess, GatewayThread, rss_growth
+from tests.support import GatewayProcess, GatewayThread, watching
 
 CAP = 10_000
 
@@ -58,21 +58,21 @@ def test_flood_does_not_grow_gateway_memory(capped_process: GatewayProcess) -> N
     code = (
         "import sys\nchunk = 'y' * 999 + '\\n'\nfor _ in range(6000):\n    sys.stdout.write(chunk)"
     )
-    with rss_growth(capped_process.pid) as grown:
+    with watching(capped_process.pid) as watch:
         record = client.run(code=code)  # 6 MB of output, under the 8 MB kill limit
     assert record["status"] == "succeeded" and record["stdout_truncated"]
-    assert grown[0] < 16 * 1024 * 1024, f"the gateway grew by {grown[0]} bytes"
+    assert watch.growth < 16 * 1024 * 1024, watch.report()
 
 
 def test_endless_output_is_killed_at_the_output_limit(capped_process: GatewayProcess) -> None:
     client = capped_process.client
     assert client.run(code="print('warm')")["status"] == "succeeded"
     code = "import sys\nwhile True:\n    sys.stdout.write('z' * 65536)"
-    with rss_growth(capped_process.pid) as grown:
+    with watching(capped_process.pid) as watch:
         record = client.run(code=code, timeout=60)
     assert record["status"] == "killed" and record["kill_reason"] == "output_limit"
     assert record["exit_code"] is None and record["stdout_truncated"]
-    assert grown[0] < 24 * 1024 * 1024, f"the gateway grew by {grown[0]} bytes"
+    assert watch.growth < 24 * 1024 * 1024, watch.report()
 
 
 def test_endless_bash_output_ends_at_the_deadline_with_bounded_output(
