@@ -67,6 +67,27 @@ def poll_run(
         time.sleep(0.1)
 
 
+def code_notebook(*cells: tuple[str, list[str]]) -> dict[str, Any]:
+    """An nbformat 4.5 notebook (as JSON) of code cells `c0`, `c1`, ... given as
+    (source, tags), never run."""
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": f"c{i}",
+                "metadata": {"tags": tags} if tags else {},
+                "source": source,
+                "outputs": [],
+                "execution_count": None,
+            }
+            for i, (source, tags) in enumerate(cells)
+        ],
+    }
+
+
 def truncation_marker(dropped: int) -> str:
     """What stands for the middle a cap cut out of a text (API.md, the run record's
     `*_truncated`): a line of its own naming the bytes of UTF-8 left out."""

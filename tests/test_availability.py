@@ -20,28 +20,13 @@ from typing import Any
 import pytest
 
 from gateway.errors import SandboxError
-from tests.api import assert_error, poll_run
+from tests.api import assert_error, code_notebook, poll_run
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread
 
 
 def print_notebook(cells: int) -> dict[str, Any]:
-    return {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": f"c{i}",
-                "metadata": {},
-                "source": f"print({i})",
-                "outputs": [],
-                "execution_count": None,
-            }
-            for i in range(cells)
-        ],
-    }
+    return code_notebook(*((f"print({i})", []) for i in range(cells)))
 
 
 @pytest.mark.parametrize("cells", [30, 500])

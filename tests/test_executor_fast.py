@@ -33,6 +33,7 @@ from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest, StagedFile
 from gateway.runs.service import RunService
 from gateway.store.factory import make_store
+from tests.api import code_notebook
 from tests.fake_backend import START_CPU_MS, FakeBackend, FakeSandbox
 from tests.fake_kernel import script
 
@@ -114,22 +115,7 @@ def single(code: str, **fields: Any) -> Program:
 
 def notebook(*cells: tuple[str, list[str]], **fields: Any) -> Program:
     """A replay of code cells given as (source, tags)."""
-    nb = {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": f"c{i}",
-                "metadata": {"tags": tags},
-                "source": source,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for i, (source, tags) in enumerate(cells)
-        ],
-    }
+    nb = code_notebook(*cells)
     return from_notebook(NotebookRequest(notebook=nb, language="python", **fields))
 
 
