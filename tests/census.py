@@ -388,10 +388,11 @@ def close() -> None:
             client.close()
 
 
-def docker_leftovers(idle: set[Path] | None = None) -> list[str]:
-    """Containers and volumes of our Docker gateways; raises CensusError if it cannot ask."""
+def _docker_found(idle: set[Path] | None) -> tuple[list[Any], list[Any]]:
+    """The containers (but those of pooled sandboxes) and volumes of our Docker gateways;
+    raises CensusError if it cannot ask."""
     if not DOCKER_INSTANCES:
-        return []
+        return [], []
     try:
         client = _docker_client()
         selector = {"label": LABEL_INSTANCE}
@@ -403,19 +404,29 @@ def docker_leftovers(idle: set[Path] | None = None) -> list[str]:
         raise CensusError(f"the Docker census failed: {exc!r}") from exc
     inside = tuple(f"{f}/" for f in (pooled() if idle is None else idle))
     found = [
-        f"container {','.join(c.attrs.get('Names') or [c.id])} ({c.attrs.get('State')})"
+        c
         for c in containers
         if (c.attrs.get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
         and not any(
             str(m.get("Source", "")).startswith(inside) for m in c.attrs.get("Mounts") or []
         )
     ]
-    found += [
-        f"volume {v.name}"
+    ours = [
+        v
         for v in volumes
         if ((v.attrs or {}).get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES
     ]
-    return found
+    return found, ours
+
+
+def docker_leftovers(idle: set[Path] | None = None) -> list[str]:
+    """Containers and volumes of our Docker gateways; raises CensusError if it cannot ask."""
+    containers, volumes = _docker_found(idle)
+    found = [
+        f"container {','.join(c.attrs.get('Names') or [c.id])} ({c.attrs.get('State')})"
+        for c in containers
+    ]
+    return found + [f"volume {v.name}" for v in volumes]
 
 
 def census() -> list[str]:
@@ -481,17 +492,12 @@ def clean_up() -> None:
             subprocess.run(["umount", "-l", leftover[len("mount ") :]], check=False)
     for group in sandbox_cgroups(idle):
         remove_cgroup(Path(group))
-    if DOCKER_INSTANCES:
-        with contextlib.suppress(Exception):
-            client = _docker_client()
-            selector = {"label": LABEL_INSTANCE}
-            for container in client.containers.list(all=True, sparse=True, filters=selector):
-                if (container.attrs.get("Labels") or {}).get(LABEL_INSTANCE) in DOCKER_INSTANCES:
-                    container.remove(force=True)
-            for volume in client.volumes.list(filters=selector):
-                labels = (volume.attrs or {}).get("Labels") or {}
-                if labels.get(LABEL_INSTANCE) in DOCKER_INSTANCES:
-                    volume.remove(force=True)
+    with contextlib.suppress(Exception):
+        containers, volumes = _docker_found(idle)
+        for container in containers:
+            container.remove(force=True)
+        for volume in volumes:
+            volume.remove(force=True)
 
 
 def remove_cgroup(path: Path, timeout: float = 10.0) -> None:
