@@ -24,7 +24,7 @@ from tests.stream_client import connect, outputs_of, stream_text
 from tests.support import Client, GatewayThread
 
 # API.md: "language": "python" | "bash"; an unsupported one is refused naming them all.
-SUPPORTED = ("python", "bash")
+SUPPORTED = ("python", "bash", "javascript", "typescript", "r")  # docs/API.md's languages
 
 CAP = 10_000  # stream_cap_bytes: stdout, stderr and output are each cut to this
 DISPLAY_CAP = 60_000  # display_cap_bytes: rich outputs kept per run
@@ -317,7 +317,14 @@ def test_unsupported_language_names_every_supported_one(
     local_client: Client, language: Any
 ) -> None:
     response = local_client.request("POST", "/v1/runs", {"code": "1", "language": language})
-    assert_error(response, 400, "unsupported_language", *SUPPORTED, field="language")
+    error = assert_error(response, 400, "unsupported_language", field="language")
+    assert _listed(error["message"]) == set(SUPPORTED), error
+
+
+def _listed(message: str) -> set[str]:
+    """The languages a refusal lists after "use one of:", each a whole name."""
+    assert "use one of:" in message, message
+    return {name.strip(" .") for name in message.split("use one of:", 1)[1].split(",")}
 
 
 def test_a_notebook_in_an_unsupported_language_names_every_supported_one(
@@ -327,7 +334,8 @@ def test_a_notebook_in_an_unsupported_language_names_every_supported_one(
         "nbformat": 4,
         "nbformat_minor": 5,
         "cells": [],
-        "metadata": {"kernelspec": {"name": "ir", "language": "R", "display_name": "R"}},
+        "metadata": {"kernelspec": {"name": "julia-1.10", "language": "julia"}},
     }
     response = local_client.request("POST", "/v1/notebooks/run", notebook)
-    assert_error(response, 400, "unsupported_language", *SUPPORTED)
+    error = assert_error(response, 400, "unsupported_language", "julia")
+    assert _listed(error["message"]) == set(SUPPORTED), error

@@ -288,7 +288,10 @@ def test_the_page_shows_streams_in_write_order(
         page.wait_for_selector("body[data-ready=true]")
         page.select_option("#language", language)  # the editor switches to that sample
         if language in ON_THE_PAGE:
-            page.locator("#code").fill(ON_THE_PAGE[language])
+            # the editor's text replaced as a person would: select all, then type
+            page.locator("#editor .cm-content").click()
+            page.keyboard.press("Control+a")
+            page.keyboard.insert_text(ON_THE_PAGE[language])
         page.locator("#run").click()
         page.wait_for_function(
             "() => ['succeeded', 'failed', 'error', 'killed']"
