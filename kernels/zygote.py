@@ -62,6 +62,10 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+IFF_LOOPBACK = 0x8
+IFF_RUNNING = 0x40
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 MAX_MESSAGE = 1 << 16
 SOCKET_DIR = "/run/kernel"
@@ -330,6 +334,8 @@ def _init(request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket) -
     )
     ids = f"uid={uid},gid={gid}"
     _mount("tmpfs", WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, f"size={work},mode=0755,{ids}")
+    if not request.get("network"):
+        _loopback_up()
     name = str(request["hostname"]).encode()
     _check(_libc.sethostname(name, len(name)), "sethostname")
     with open(CONNECTION_FILE, "w", encoding="utf-8") as connection:
@@ -363,6 +369,17 @@ def _init(request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket) -
             if os.WIFSIGNALED(status):
                 return 128 + os.WTERMSIG(status)
             return os.waitstatus_to_exitcode(status)
+
+
+def _loopback_up() -> None:
+    """A new network namespace has `lo`, down: up, as a container's (kernels such as Deno's
+    talk over it)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
+        fcntl.ioctl(probe.fileno(), SIOCSIFFLAGS, request)
 
 
 def _drop(uid: int, gid: int, bpf: bytes) -> None:
@@ -405,6 +422,7 @@ def _kernel(request: dict[str, Any], kind: str, log: int) -> None:
     if kind == "ipykernel":
         from ipykernel import kernelapp
 
+        _integrate_preloaded_matplotlib()
         sys.argv = ["ipykernel", *argv]
         kernelapp.launch_new_instance(argv=argv)
     elif kind == "bash":
@@ -414,6 +432,24 @@ def _kernel(request: dict[str, Any], kind: str, log: int) -> None:
         sys.exit(run(argv))
     else:
         os.execve(argv[0], argv, dict(os.environ))  # noqa: S606 - the kernel's own command
+
+
+def _integrate_preloaded_matplotlib() -> None:
+    """The parent imported matplotlib's inline backend before any IPython shell existed, so
+    its hooks (figures shown after each cell) were never installed: install them once the
+    kernel's shell loads our startup extension, as importing the backend in a kernel would."""
+    import kernels.python.startup as startup
+
+    loaded = startup.load_ipython_extension
+
+    def load_ipython_extension(ipython: Any) -> None:
+        loaded(ipython)
+        inline = sys.modules.get("matplotlib_inline.backend_inline")
+        enable = getattr(inline, "_enable_matplotlib_integration", None)
+        if enable is not None:
+            enable()
+
+    startup.load_ipython_extension = load_ipython_extension  # type: ignore[assignment]
 
 
 def reseed() -> None:

@@ -51,13 +51,19 @@ WORKSPACE_ROOTS: set[Path] = set()
 
 
 def _pooled() -> dict[str, set[Any]]:
-    found: dict[str, set[Any]] = {
-        k: set() for k in ("containers", "volumes", "folders", "cgroups", "pids")
-    }
+    """What live gateways hold on purpose: their idle pooled kernels, and what their backends
+    hold while they run (`resident`: the forkserver's warm parents and its state folder).
+    A pooled kernel's pid covers its descendants; a resident pid (`resident_pids`) only
+    itself: the kernels a warm parent forks are its descendants, and they must be counted."""
+    kinds = ("containers", "volumes", "folders", "cgroups", "pids")
+    found: dict[str, set[Any]] = {k: set() for k in (*kinds, "resident_pids")}
     for gateway in list(LIVE_GATEWAYS):
         for footprint in gateway.pooled():
-            for kind, names in found.items():
-                names.update(getattr(footprint, kind))
+            for kind in kinds:
+                found[kind].update(getattr(footprint, kind))
+        resident = gateway.resident()
+        found["folders"].update(resident.folders)
+        found["resident_pids"].update(resident.pids)
     return found
 
 
@@ -178,8 +184,9 @@ def _strays() -> list[Proc]:
         raise CensusError("pytest is not a child subreaper: orphaned processes would escape")
     me = os.getpid()
     table = process_table()
-    owned: set[int] = set()
-    for pid in _pooled()["pids"]:
+    pooled = _pooled()
+    owned: set[int] = set(pooled["resident_pids"])
+    for pid in pooled["pids"]:
         owned.add(pid)
         owned.update(p.pid for p in descendants(pid, table))
     for (pid, start), _ in list(_OWNED.items()):
@@ -196,7 +203,8 @@ def _strays() -> list[Proc]:
 
 
 def _prefixes() -> tuple[str, ...]:
-    return tuple(f"gw{ident[:6]}-" for ident in INSTANCES)
+    """Names of what our gateways make (the forkserver backend's: `gwfs...`)."""
+    return tuple(f"{kind}{ident[:6]}-" for ident in INSTANCES for kind in ("gw", "gwfs"))
 
 
 def sandbox_folders() -> list[str]:

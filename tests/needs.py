@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import pytest
 
-FEATURES = ("docker", "chromium", "schemathesis", "postgres")
+FEATURES = ("docker", "forkserver", "chromium", "schemathesis", "postgres")
 
 
 def required() -> set[str]:

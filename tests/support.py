@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 
 from gateway import settings as settings_module
+from gateway.sandbox.base import Footprint
 from gateway.server import Gateway
 from tests import census
 
@@ -151,6 +152,11 @@ class GatewayThread:
         """No run is active, nothing is being destroyed, no pooled kernel is starting."""
         assert self.gateway.services is not None
         return self.gateway.services.runs.settled
+
+    def resident(self) -> Any:
+        """What the backend itself holds while it runs (gateway.sandbox.base.Footprint)."""
+        services = self.gateway.services
+        return Footprint() if services is None else services.backend.footprint()
 
     def pooled(self) -> list[Any]:
         """Footprints of the idle pooled kernels: alive on purpose, not leaks."""

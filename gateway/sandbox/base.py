@@ -264,6 +264,12 @@ class SandboxBackend(abc.ABC):
         what it was read from changes. Default: None, the backend cannot tell."""
         return None
 
+    def footprint(self) -> Footprint:
+        """What the backend itself holds on the machine while it runs, beside its sandboxes
+        (warm processes, by pid: each alone, not its descendants; folders). Asked by
+        operators and the tests' leak census. Default: nothing."""
+        return Footprint()
+
     async def startup(self) -> None:  # noqa: B027 - optional hook
         """Called once by the gateway when it starts (e.g. to remove orphans of a crash),
         before the first `create`."""

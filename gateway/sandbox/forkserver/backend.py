@@ -108,7 +108,7 @@ class ForkserverBackend(SandboxBackend):
 
     @classmethod
     async def probe(cls, config: ForkserverConfig) -> tuple[bool, str]:
-        return await asyncio.to_thread(_probe, config.docker_image)
+        return await asyncio.to_thread(probe_forkserver, config.docker_image)
 
     @property
     def rootfs(self) -> Path:
@@ -147,6 +147,11 @@ class ForkserverBackend(SandboxBackend):
             await self.shutdown()
             raise
         log.info("forkserver kernels fork from the image %s", self.config.docker_image)
+
+    def footprint(self) -> Footprint:
+        pids = [p.process.pid for p in self.parents.values() if p.process is not None]
+        pids += [p.pid for p in self.parents.values() if p.process is not None and p.pid]
+        return Footprint(folders=() if self.state is None else (str(self.state),), pids=tuple(pids))
 
     async def shutdown(self) -> None:
         for parent in self.parents.values():
@@ -207,7 +212,8 @@ class ForkserverBackend(SandboxBackend):
         return sandbox
 
 
-def _probe(image: str) -> tuple[bool, str]:
+def probe_forkserver(image: str) -> tuple[bool, str]:
+    """Whether forked kernels can be made here, and why (blocking)."""
     if os.geteuid() != 0:
         return False, "the forkserver backend needs root"
     if shutil.which("bwrap") is None:
@@ -310,16 +316,16 @@ class ForkserverSandbox(Sandbox):
         return await asyncio.to_thread(self.group.set_memory, memory_bytes)
 
     async def kill(self) -> None:
-        if self.exited is None:
-            return
-        if not self.exited.done():
+        if self.exited is not None and not self.exited.done():
             self._killed = True
             if self.pidfd is not None:
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         if self.group is not None:
+            # also a kernel whose start was cancelled after the fork: it is in the group
             await asyncio.to_thread(self.group.kill_all)
-        await asyncio.wait([self.exited], timeout=EXIT_WAIT)
+        if self.exited is not None:
+            await asyncio.wait([self.exited], timeout=EXIT_WAIT)
 
     # --- files --------------------------------------------------------------------------
 
