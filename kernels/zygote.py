@@ -449,7 +449,7 @@ def _integrate_preloaded_matplotlib() -> None:
         if enable is not None:
             enable()
 
-    startup.load_ipython_extension = load_ipython_extension  # type: ignore[assignment]
+    startup.load_ipython_extension = load_ipython_extension
 
 
 def reseed() -> None:
