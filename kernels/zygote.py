@@ -11,7 +11,8 @@ gateway, the only way in: each message is one JSON object, descriptors ride alon
 
     gateway -> parent  {"op": "spawn", "id", "uid", "gid", "network", "hostname",
                         "tmp_bytes", "work_bytes", "env", "connection", "argv"}
-                       + one descriptor per cgroup hierarchy (its `cgroup.procs`, open)
+                       + one descriptor per cgroup hierarchy (its `cgroup.procs`, open),
+                       and with a workspace a detached bind mount of it (`open_tree`)
     parent -> gateway  {"id", "pid"} + [working folder, socket folder] (opened inside)
                        or {"id", "error"}
     parent -> gateway  {"exit": pid, "status": wait status}    when a kernel ends
@@ -52,9 +53,13 @@ CLONE_NEWNET = 0x40000000
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
@@ -62,6 +67,9 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
+SYS_MOVE_MOUNT = 429  # x86_64
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+AT_FDCWD = -100
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
 IFF_LOOPBACK = 0x8
@@ -70,7 +78,8 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 MAX_MESSAGE = 1 << 16
 SOCKET_DIR = "/run/kernel"
 WORKDIR = "/workspace"
-CONNECTION_FILE = f"{SOCKET_DIR}/connection.json"
+GATEWAY_DIR = "/run/gateway"  # root's: the connection file, the hostname
+CONNECTION_FILE = f"{GATEWAY_DIR}/connection.json"
 KERNEL_LOG = f"{SOCKET_DIR}/kernel.log"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -295,9 +304,11 @@ def _first(
     request: dict[str, Any], cgroup_fds: list[int], kind: str, bpf: bytes, sock: socket.socket
 ) -> None:
     """The first child: joins the cgroups, unshares the namespaces, forks pid 1 of them."""
-    for fd in cgroup_fds:
+    count = int(request.get("cgroups", len(cgroup_fds)))
+    for fd in cgroup_fds[:count]:
         os.write(fd, b"0")
         os.close(fd)
+    workspace = cgroup_fds[count] if len(cgroup_fds) > count else None
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWCGROUP
     if not request.get("network"):
         flags |= CLONE_NEWNET
@@ -306,7 +317,7 @@ def _first(
     if init == 0:
         code = 70
         try:
-            code = _init(request, kind, bpf, sock)
+            code = _init(request, kind, bpf, sock, workspace)
         except BaseException:
             _tell(sock, {"error": traceback.format_exc(limit=4)})
         finally:
@@ -314,7 +325,9 @@ def _first(
     _tell(sock, {"pid": init})
 
 
-def _init(request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket) -> int:
+def _init(
+    request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket, workspace: int | None
+) -> int:
     """Pid 1 of the sandbox: sets it up, drops every privilege, forks the kernel, then reaps
     orphans until the kernel ends, and ends with the kernel's status."""
     uid, gid = int(request["uid"]), int(request["gid"])
@@ -332,17 +345,32 @@ def _init(request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket) -
     _mount(
         "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
     )
-    ids = f"uid={uid},gid={gid}"
-    _mount("tmpfs", WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, f"size={work},mode=0755,{ids}")
+    if workspace is not None:  # a detached bind of the workspace (nosuid, nodev) the gateway made
+        result = _libc.syscall(
+            SYS_MOVE_MOUNT, workspace, b"", AT_FDCWD, WORKDIR.encode(), MOVE_MOUNT_F_EMPTY_PATH
+        )
+        _check(result, "move_mount /workspace")
+        os.close(workspace)
+    else:
+        ids = f"uid={uid},gid={gid}"
+        _mount("tmpfs", WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, f"size={work},mode=0755,{ids}")
     if not request.get("network"):
         _loopback_up()
-    name = str(request["hostname"]).encode()
-    _check(_libc.sethostname(name, len(name)), "sethostname")
-    with open(CONNECTION_FILE, "w", encoding="utf-8") as connection:
-        json.dump(request["connection"], connection)
-    os.chmod(CONNECTION_FILE, 0o444)
+    name = str(request["hostname"])
+    _check(_libc.sethostname(name.encode(), len(name)), "sethostname")
+    os.mkdir(GATEWAY_DIR, 0o755)
+    _write_readonly(CONNECTION_FILE, json.dumps(request["connection"]))
+    _write_readonly(f"{GATEWAY_DIR}/hostname", name + "\n")
+    if os.path.exists("/etc/hostname"):  # the backend's top layer has it, as Docker writes it
+        _mount(f"{GATEWAY_DIR}/hostname", "/etc/hostname", None, MS_BIND)
+        _mount("none", "/etc/hostname", None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
     log = os.open(KERNEL_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     os.fchown(log, uid, gid)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)  # nothing of the parent's output: its log is on the host
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
     folders = [os.open(WORKDIR, flags), os.open(SOCKET_DIR, flags)]
     _tell(sock, {"ready": True}, folders)
@@ -354,7 +382,7 @@ def _init(request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket) -
     if kernel == 0:
         code = 70
         try:
-            _kernel(request, kind, log)
+            _kernel(request, kind)
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
@@ -369,6 +397,12 @@ def _init(request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket) -
             if os.WIFSIGNALED(status):
                 return 128 + os.WTERMSIG(status)
             return os.waitstatus_to_exitcode(status)
+
+
+def _write_readonly(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(path, 0o444)
 
 
 def _loopback_up() -> None:
@@ -405,14 +439,11 @@ def _drop(uid: int, gid: int, bpf: bytes) -> None:
     )
 
 
-def _kernel(request: dict[str, Any], kind: str, log: int) -> None:
+def _kernel(request: dict[str, Any], kind: str) -> None:
     """The kernel process: its own session, nothing of the parent's open, fresh randomness."""
     os.setsid()
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.closerange(3, 65536)
+    os.closerange(3, 65536)  # stdin /dev/null, stdout and stderr the kernel's log (pid 1's)
+    _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files are its own, as after an exec
     os.umask(0o022)
     os.chdir(WORKDIR)
     os.environ.clear()

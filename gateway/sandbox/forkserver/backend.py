@@ -50,6 +50,7 @@ from gateway.sandbox.base import (
     SandboxSpec,
 )
 from gateway.sandbox.cgroup import Cgroup
+from gateway.sandbox.docker import ETC_HOSTS
 from gateway.sandbox.forkserver.parent import Parent
 from gateway.sandbox.forkserver.rootfs import image_layers, mount_rootfs, probe_rootfs
 from gateway.sandbox.forkserver.seccomp import write_filter
@@ -59,16 +60,17 @@ from gateway.sandbox.kernelspec import (
     kernel_env,
     new_key,
 )
-from gateway.sandbox.mounts import remove_tree
+from gateway.sandbox.mounts import clone_tree, remove_tree
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
 from gateway.sandbox.tenancy import Identity, Tenancy, TenancyConfig
+from gateway.sandbox.workspace import open_workspace
 
 log = logging.getLogger(__name__)
 
 WORKDIR = "/workspace"
-CONNECTION_FILE = "/run/kernel/connection.json"
+CONNECTION_FILE = "/run/gateway/connection.json"
 IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 IMAGE_PYTHON = "/opt/venv/bin/python"
 KERNEL_LOG = "kernel.log"
@@ -128,7 +130,11 @@ class ForkserverBackend(SandboxBackend):
         self.state = Path(tempfile.mkdtemp(prefix=self.prefix))
         try:
             self.rootfs.mkdir(mode=0o755)
-            await asyncio.to_thread(mount_rootfs, layers, self.rootfs)
+            top = self.state / "top"  # what Docker adds to a container's root: /etc/hosts ...
+            (top / "etc").mkdir(parents=True)
+            (top / "etc/hosts").write_text(ETC_HOSTS, encoding="utf-8")
+            (top / "etc/hostname").write_text("", encoding="utf-8")  # each child binds its own
+            await asyncio.to_thread(mount_rootfs, [str(top), *layers], self.rootfs)
             await asyncio.to_thread(write_filter, str(self.state / "seccomp.bpf"))
             program = self.state / "zygote.py"
             shutil.copyfile(Path(kernels.__file__).parent / "zygote.py", program)
@@ -182,11 +188,6 @@ class ForkserverBackend(SandboxBackend):
         return KernelEnvironment(self._environment, "image", self.config.docker_image)
 
     async def create(self, spec: SandboxSpec) -> ForkserverSandbox:
-        if spec.workspace is not None:
-            raise SandboxError(
-                "The forkserver backend does not mount persistent workspaces yet: use the "
-                "Docker backend for runs in a workspace."
-            )
         if spec.network and not self.config.allow_network:
             raise SandboxError("network is not allowed on this gateway")
         kernel = traits(spec.language).kernel
@@ -195,9 +196,13 @@ class ForkserverBackend(SandboxBackend):
                 f"A {spec.language} kernel listens on loopback ports, so the forkserver "
                 "backend runs it only in a network namespace of its own: without `network`."
             )
-        identity = await self.tenancy.identity(None)
+        identity = await self.tenancy.identity(spec.workspace)
         sandbox = ForkserverSandbox(self, spec, identity, kernel if kernel in IMPORTED else "exec")
         try:
+            if spec.workspace is not None:
+                sandbox.workspace_fd = await asyncio.to_thread(
+                    open_workspace, spec.workspace, identity.uid, identity.gid
+                )
             limits = spec.limits
             name = f"gateway-{self.prefix}{secrets.token_hex(6)}"
             group = await asyncio.to_thread(
@@ -236,6 +241,7 @@ class ForkserverSandbox(Sandbox):
         self.group: Cgroup | None = None
         self.pid: int | None = None
         self.key = new_key()
+        self.workspace_fd: int | None = None  # the workspace, opened when it was created
         self.work_fd: int | None = None
         self.sock_fd: int | None = None
         self.pidfd: int | None = None
@@ -267,11 +273,18 @@ class ForkserverSandbox(Sandbox):
     async def start(self) -> dict[str, Any]:
         assert self.group is not None
         parent = self.backend.parents[self.kind]
-        procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in self.group.proc_files]
+        fds = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in self.group.proc_files]
+        request = {**self._request(), "cgroups": len(fds)}
         try:
-            self.pid, folders, self.exited = await parent.spawn(self._request(), procs)
+            if self.workspace_fd is not None:
+                fds.append(await asyncio.to_thread(clone_tree, self.workspace_fd))
+            self.pid, folders, self.exited = await parent.spawn(request, fds)
+        except OSError as exc:
+            raise SandboxError(
+                f"The forked kernel's workspace could not be mounted: {exc}"
+            ) from exc
         finally:
-            for fd in procs:
+            for fd in fds:
                 os.close(fd)
         self.work_fd, self.sock_fd = folders
         with contextlib.suppress(ProcessLookupError):
@@ -379,7 +392,7 @@ class ForkserverSandbox(Sandbox):
         try:
             await self.kill()
         finally:
-            for name in ("pidfd", "work_fd", "sock_fd"):
+            for name in ("pidfd", "work_fd", "sock_fd", "workspace_fd"):
                 fd = getattr(self, name)
                 if fd is not None:
                     os.close(fd)

@@ -181,6 +181,7 @@ class Parent:
         error = SandboxError(f"The forkserver's {self.kind} parent died: {self.log_tail()}")
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(error)
+            self._ready.exception()  # told to whoever awaits it; nobody else need be
         for reply in self._replies.values():
             if not reply.done():
                 reply.set_exception(error)
