@@ -486,9 +486,9 @@ def _integrate_preloaded_matplotlib() -> None:
 def reseed() -> None:
     """Every random generator the parent may have seeded: a fork copies their state."""
     random.seed(os.urandom(32))
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed([int.from_bytes(os.urandom(4), "little") for _ in range(8)])
+    numpy_random = sys.modules.get("numpy.random")  # imported later, it seeds itself then
+    if numpy_random is not None:
+        numpy_random.seed([int.from_bytes(os.urandom(4), "little") for _ in range(8)])
     tempfile = sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile._name_sequence = None  # type: ignore[attr-defined]  # its own Random, made anew

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.attack
 
 @pytest.fixture(scope="module")
 def forked() -> Iterator[GatewayThread]:
-    server = start_gateway("forkserver", max_concurrent_runs=4)
+    # numpy's global generator made in the parent: each kernel must still draw its own
+    preload = ("matplotlib.pyplot", "numpy", "numpy.random", "pandas")
+    server = start_gateway("forkserver", max_concurrent_runs=4, preload=preload)
     try:
         yield server
     finally:
