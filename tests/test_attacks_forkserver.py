@@ -141,7 +141,10 @@ def test_forked_kernels_share_no_descriptor_randomness_key_or_namespace(
         assert all(line.endswith(":/") for line in probe["cgroup"]), probe["cgroup"]
         # its /run: the socket folder and the gateway's (connection file), nothing else
         assert probe["run"] == ["gateway", "kernel"], probe["run"]
-    assert first["numbers"] != second["numbers"]  # every generator re-seeded in the child
+    # every generator re-seeded in the child: Python's `random`, numpy's global one
+    assert len(first["numbers"]) == 2, first["numbers"]
+    for one, other in zip(first["numbers"], second["numbers"], strict=True):
+        assert one != other, (first["numbers"], second["numbers"])
     assert first["key"] != second["key"]  # a fresh HMAC key per kernel
     assert first["hostname"] != second["hostname"]
     for name, link in first["ns"].items():  # no namespace shared with the other kernel...
