@@ -27,8 +27,15 @@ def image_layers(image: str) -> list[str]:
     """The image's layer folders, topmost first (RuntimeError when there are none)."""
     try:
         attrs = _inspect(image)
+    except docker.errors.ImageNotFound:
+        raise RuntimeError(
+            f"the Docker engine has no image {image} (run docker/build.sh)"
+        ) from None
     except docker.errors.DockerException as exc:
-        raise RuntimeError(f"the forkserver backend cannot read the image {image}: {exc}") from exc
+        raise RuntimeError(
+            f"no Docker engine answers with the image {image}'s layers, which the forkserver "
+            f"backend runs kernels from ({exc.__class__.__name__})"
+        ) from None
     driver = attrs.get("GraphDriver")
     if not isinstance(driver, dict) or driver.get("Name") != "overlay2":
         raise RuntimeError(
@@ -48,7 +55,10 @@ def probe_rootfs(image: str) -> tuple[bool, str]:
         image_layers(image)
     except RuntimeError as exc:
         return False, str(exc)
-    return True, f"root, cgroups and the image {image}'s layers"
+    return True, (
+        f"root, cgroups, bubblewrap and the image {image}'s layers: kernels forked from a "
+        "warm parent, as strict as a container"
+    )
 
 
 def mount_rootfs(layers: list[str], target: Path) -> None:
