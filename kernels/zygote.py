@@ -430,6 +430,7 @@ def _drop(uid: int, gid: int, bpf: bytes) -> None:
     data = (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(header), data), "capset")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(PR_SET_DUMPABLE, 0)  # pid 1's memory and /proc files stay root's (the kernel: 1)
     count = len(bpf) // 8
     program = (_SockFilter * count).from_buffer_copy(bpf)
     fprog = _SockFprog(count, ctypes.cast(program, ctypes.POINTER(_SockFilter)))

@@ -1,7 +1,8 @@
 """What the suite needs from the machine, and what happens when it is missing.
 
 A part that is missing is a skip that names it, unless the environment says it is required:
-`GATEWAY_REQUIRE=docker,chromium,schemathesis,postgres` (or `GATEWAY_REQUIRE_DOCKER=1` and the like),
+`GATEWAY_REQUIRE=docker,forkserver,chromium,schemathesis,postgres` (or `GATEWAY_REQUIRE_DOCKER=1`
+and the like),
 as CI sets it, turns each such skip into a failure, so that CI cannot go green with a part of
 the suite silently not run.
 """

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import secrets
@@ -181,8 +182,6 @@ class ForkserverBackend(SandboxBackend):
         if self._environment is None and self.state is not None:
             path = self.rootfs / "opt/gateway/environment.json"
             with contextlib.suppress(OSError, ValueError):
-                import json
-
                 self._environment = json.loads(await asyncio.to_thread(path.read_text))
         if self._environment is None:
             return None
