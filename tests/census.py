@@ -394,6 +394,13 @@ def clean_up() -> None:
         with contextlib.suppress(OSError):
             remove_tree(Path(folder))  # unmounts a sandbox's tmpfs first
         shutil.rmtree(folder, ignore_errors=True)
+    for group in sandbox_cgroups():  # its processes killed, then the group removed
+        with contextlib.suppress(OSError, ValueError):
+            for pid in Path(group, "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.1)
+            Path(group).rmdir()
     for leftover in workspace_mounts():
         if leftover.startswith("mount "):  # its loop device goes with it (autoclear)
             subprocess.run(["umount", "-l", leftover[len("mount ") :]], check=False)

@@ -205,9 +205,16 @@ class ForkserverBackend(SandboxBackend):
                 )
             limits = spec.limits
             name = f"gateway-{self.prefix}{secrets.token_hex(6)}"
-            group = await asyncio.to_thread(
-                Cgroup.create, name, limits.memory_bytes, limits.pids, limits.cpus
+            making = asyncio.ensure_future(
+                asyncio.to_thread(
+                    Cgroup.create, name, limits.memory_bytes, limits.pids, limits.cpus
+                )
             )
+            try:
+                group = await asyncio.shield(making)
+            except asyncio.CancelledError:  # the thread goes on: keep what it makes
+                sandbox.group = await making
+                raise
             if group is None:
                 raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
             sandbox.group = group
