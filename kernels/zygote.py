@@ -335,6 +335,8 @@ def _init(
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
     hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _mount("proc", "/proc", "proc", hidden)
+    _mask_kernel_files()
+    _cgroup_files(request.get("cgroupfs") or {})
     _mount("tmpfs", "/run", "tmpfs", hidden, "size=1m,nr_inodes=64,mode=0755")
     os.mkdir(SOCKET_DIR, 0o700)
     _mount(
@@ -397,6 +399,59 @@ def _init(
             if os.WIFSIGNALED(status):
                 return 128 + os.WTERMSIG(status)
             return os.waitstatus_to_exitcode(status)
+
+
+# What Docker's runtime masks (an empty file or folder over it) and makes read-only in a
+# container's /proc and /sys; without capabilities most are closed anyway: this is parity
+MASKED = (
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+)
+READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+
+
+def _mask_kernel_files() -> None:
+    """A read-only /sys as in a container, then Docker's masks and read-only paths."""
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount("sysfs", "/sys", "sysfs", MS_RDONLY | hidden)
+    for path in MASKED:
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | hidden, "size=0,mode=0555")
+        elif os.path.exists(path):
+            _mount("/dev/null", path, None, MS_BIND)
+    for path in READ_ONLY:
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
+
+
+def _cgroup_files(spec: dict[str, Any]) -> None:
+    """/sys/fs/cgroup as in a container: the sandbox's own groups (the cgroup namespace's
+    root), read-only; `spec`: {"v2": bool, "hierarchies": ["memory", "cpu,cpuacct", ...]}."""
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    root = "/sys/fs/cgroup"
+    if not spec or not os.path.isdir(root):
+        return
+    if spec.get("v2"):
+        _mount("cgroup2", root, "cgroup2", MS_RDONLY | hidden)
+        return
+    _mount("tmpfs", root, "tmpfs", hidden, "size=64k,mode=0755")
+    for name in spec.get("hierarchies", []):
+        os.mkdir(f"{root}/{name}", 0o755)
+        _mount("cgroup", f"{root}/{name}", "cgroup", MS_RDONLY | hidden, name)
+        for controller in name.split(","):
+            if controller != name:  # co-mounted (cpu,cpuacct): each name a link, as usual
+                os.symlink(name, f"{root}/{controller}")
+    _mount("none", root, None, MS_REMOUNT | MS_RDONLY | hidden, "size=64k,mode=0755")
 
 
 def _write_readonly(path: str, text: str) -> None:

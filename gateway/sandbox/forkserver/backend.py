@@ -281,7 +281,7 @@ class ForkserverSandbox(Sandbox):
         assert self.group is not None
         parent = self.backend.parents[self.kind]
         fds = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in self.group.proc_files]
-        request = {**self._request(), "cgroups": len(fds)}
+        request = {**self._request(), "cgroups": len(fds), "cgroupfs": self._cgroupfs()}
         try:
             if self.workspace_fd is not None:
                 fds.append(await asyncio.to_thread(clone_tree, self.workspace_fd))
@@ -308,6 +308,14 @@ class ForkserverSandbox(Sandbox):
         except SandboxError as exc:
             raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
         return connection_info(f"{sockets}/s", self.key)
+
+    def _cgroupfs(self) -> dict[str, Any]:
+        """What the kernel's /sys/fs/cgroup shows: its own groups, as in a container."""
+        assert self.group is not None
+        if self.group.v2:
+            return {"v2": True}
+        names = sorted({path.parent.name for path in self.group.dirs.values()})
+        return {"v2": False, "hierarchies": names}
 
     def _log_tail(self) -> str:
         if self.sock_fd is None:
