@@ -430,12 +430,21 @@ def markdown(by_backend: dict[str, list[dict[str, Any]]]) -> list[str]:
     )
     lines = [head, "|---|" + "---:|" * (2 * len(names) + 1)]
     first = by_backend[names[0]]
-    for index, row in enumerate(first):
+    whats = [row["what"] for row in first]
+    for rows in by_backend.values():  # rows one backend has alone (the forked kernels' USS)
+        whats += [row["what"] for row in rows if row["what"] not in whats]
+    by_what = {name: {row["what"]: row for row in rows} for name, rows in by_backend.items()}
+    for what in whats:
+        row = next(by_what[name][what] for name in names if what in by_what[name])
         cells, ratios = [], []
         peer = row["peer"]
         for name in names:
-            ours = by_backend[name][index]["ours"]
-            other = by_backend[name][index]
+            other = by_what[name].get(what, {"ours": None})
+            ours = other["ours"]
+            if ours is None:
+                cells.append("—")
+                ratios.append("")
+                continue
             if isinstance(ours, dict) and "p50" in ours:
                 cells.append(f"{ours['p50']:.0f} ms ({ours['p90']:.0f} / {ours['p99']:.0f})")
                 ratios.append(f"{peer['p50'] / ours['p50']:.1f}x faster" if peer else "")
@@ -448,7 +457,7 @@ def markdown(by_backend: dict[str, list[dict[str, Any]]]) -> list[str]:
             else:
                 cells = []
                 break
-        if not cells:
+        if not cells or all(c == "—" for c in cells):
             continue
         if isinstance(peer, dict):
             theirs = f"{peer['p50']:.0f} ms ({peer['p90']:.0f} / {peer['p99']:.0f})"
@@ -456,7 +465,7 @@ def markdown(by_backend: dict[str, list[dict[str, Any]]]) -> list[str]:
             theirs = f"{peer:.2f}"
         else:
             theirs = "—"
-        what = row["what"] + (" p50 (p90 / p99)" if isinstance(first[index]["ours"], dict) else "")
+        what += " p50 (p90 / p99)" if isinstance(row["ours"], dict) else ""
         lines.append(
             f"| {what} | " + " | ".join(cells) + f" | {theirs} | " + " | ".join(ratios) + " |"
         )
