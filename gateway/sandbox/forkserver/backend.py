@@ -77,6 +77,7 @@ IMAGE_PYTHON = "/opt/venv/bin/python"
 KERNEL_LOG = "kernel.log"
 LOG_TAIL_BYTES = 4096
 EXIT_WAIT = 10.0
+PARENT_WORD_WAIT = 2.0  # after a kernel ended: how long its exit status may take to come
 # the kinds of kernel a warm parent imports; the others are exec'd by a child of `exec`
 IMPORTED = ("ipykernel", "bash")
 
@@ -284,8 +285,17 @@ class ForkserverSandbox(Sandbox):
         request = {**self._request(), "cgroups": len(fds), "cgroupfs": self._cgroupfs()}
         try:
             if self.workspace_fd is not None:
-                fds.append(await asyncio.to_thread(clone_tree, self.workspace_fd))
-            self.pid, folders, self.exited = await parent.spawn(request, fds)
+                fds.append(clone_tree(self.workspace_fd))  # two system calls
+            # A start cancelled after the request went out still gets its answer: the kernel
+            # it forked is then known, and killed with the sandbox (not left running)
+            spawning = asyncio.ensure_future(parent.spawn(request, fds))
+            try:
+                pid, folders, exited = await asyncio.shield(spawning)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    self.pid, folders, self.exited = await spawning
+                    self.work_fd, self.sock_fd = folders
+                raise
         except OSError as exc:
             raise SandboxError(
                 f"The forked kernel's workspace could not be mounted: {exc}"
@@ -293,21 +303,35 @@ class ForkserverSandbox(Sandbox):
         finally:
             for fd in fds:
                 os.close(fd)
+        self.pid, self.exited = pid, exited
         self.work_fd, self.sock_fd = folders
         with contextlib.suppress(ProcessLookupError):
-            self.pidfd = os.pidfd_open(self.pid)
+            self.pidfd = os.pidfd_open(pid)
+            asyncio.get_running_loop().add_reader(self.pidfd, self._on_pidfd)
         sockets = f"/proc/self/fd/{self.sock_fd}"
         try:
             await secure_sockets(
                 f"{sockets}/.",  # the folder itself, not the link to it (opened O_NOFOLLOW)
                 "s",
                 self.identity.uid,
-                asyncio.shield(self.exited),
+                asyncio.shield(exited),
                 self.backend.config.kernel_start_timeout,
             )
         except SandboxError as exc:
             raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
         return connection_info(f"{sockets}/s", self.key)
+
+    def _on_pidfd(self) -> None:
+        """The kernel's pid 1 ended. Its parent tells how (`exited`), unless the parent
+        died meanwhile: then, a moment later, the end is known without its status."""
+        loop = asyncio.get_running_loop()
+        if self.pidfd is not None:
+            loop.remove_reader(self.pidfd)
+        loop.call_later(PARENT_WORD_WAIT, self._exit_untold)
+
+    def _exit_untold(self) -> None:
+        if self.exited is not None and not self.exited.done():
+            self.exited.set_result(None)
 
     def _cgroupfs(self) -> dict[str, Any]:
         """What the kernel's /sys/fs/cgroup shows: its own groups, as in a container."""
@@ -407,6 +431,8 @@ class ForkserverSandbox(Sandbox):
         try:
             await self.kill()
         finally:
+            if self.pidfd is not None:
+                asyncio.get_running_loop().remove_reader(self.pidfd)
             for name in ("pidfd", "work_fd", "sock_fd", "workspace_fd"):
                 fd = getattr(self, name)
                 if fd is not None:

@@ -185,9 +185,8 @@ class Parent:
         for reply in self._replies.values():
             if not reply.done():
                 reply.set_exception(error)
-        for future in self._exits.values():
-            if not future.done():
-                future.set_result(None)  # its kernels are killed through their cgroups
+        # its kernels live on (their pid 1 was its child): each sandbox learns of its
+        # kernel's end through its pidfd now (ForkserverSandbox._on_pidfd)
         self._replies.clear()
         self._exits.clear()
 
