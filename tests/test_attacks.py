@@ -15,7 +15,7 @@ import pytest
 
 from gateway.settings import SANDBOX_ID
 from tests import census
-from tests.conftest import start_gateway
+from tests.conftest import BACKENDS, start_gateway
 from tests.support import (
     Client,
     GatewayThread,
@@ -25,7 +25,7 @@ from tests.support import (
 pytestmark = pytest.mark.attack
 
 
-@pytest.fixture(scope="module", params=("docker", "forkserver"))
+@pytest.fixture(scope="module", params=[b for b in ("docker", "forkserver") if b in BACKENDS])
 def docker(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
     """A gateway of each strict backend (Docker, forkserver) with small disks, so that
     filling them is quick."""
