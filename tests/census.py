@@ -44,6 +44,10 @@ DOCKER_INSTANCES: set[str] = set()
 # Each has `pooled()`, the footprints (gateway.sandbox.base.Footprint) of those kernels;
 # what a run left behind is never among them (a pooled kernel leaves its pool when taken).
 LIVE_GATEWAYS: set[Any] = set()
+# Gateways in processes of their own (support.GatewayProcess), by instance id: while one
+# runs, what its backend holds for its lifetime (the forkserver's state folder, named after
+# its instance) is not a leak; once it has ended, it is.
+PROCESS_INSTANCES: dict[str, Any] = {}
 # Workspaces roots of the gateways this test process started: a live gateway keeps its
 # users' workspace images mounted there (quota.py); once it stops, none may stay mounted
 # and no loop device may hold an image of theirs.
@@ -64,6 +68,10 @@ def _pooled() -> dict[str, set[Any]]:
         resident = gateway.resident()
         found["folders"].update(resident.folders)
         found["resident_pids"].update(resident.pids)
+    tmp = Path(tempfile.gettempdir())
+    for ident, process in list(PROCESS_INSTANCES.items()):
+        if process.poll() is None:
+            found["folders"].update(str(p) for p in tmp.glob(f"gwfs{ident[:6]}-*"))
     return found
 
 

@@ -221,6 +221,7 @@ class GatewayProcess:
         with (self.data_dir / "gateway.log").open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=log)
         census.own(self.process.pid, f"the gateway process on port {self.port}")
+        census.PROCESS_INSTANCES[self.instance] = self.process
         assert wait_for(lambda: answers(self.client), timeout=60), self.log()
         return self
 
