@@ -11,19 +11,28 @@ warm pool when one is ready. Same workloads on both, in the same run:
   per run (all processes: /proc/stat) during the concurrency-4 pass;
 - the gateway with its pools off (`--pool-python 0 ...`): what a run costs when the pool is
   empty;
+- steady use: one client sending `print(1)` (and a chart) one run after another with
+  `STEADY_GAP` s between them, never waiting for the pools to refill (the latencies above
+  wait until they are full: `settle()`);
+- the forkserver backend: an idle pooled kernel's own memory (USS: copy-on-write pages it
+  still shares with its warm parent excluded), its pid 1 and kernel process together;
+
+`--backend` takes several backends (`docker,forkserver`): each is measured in the same run,
+beside the one peer measurement, and the table has a column per backend.
 
 The peer is installed by this script into a virtual environment of its own (cached under
 `--cache`), with the kernel packages pinned as in docker/requirements.txt. Results (JSON) go
 to bench/results/; the table with ratios is printed for bench/README.md. Timings are never
 asserted anywhere.
 
-    .venv/bin/python bench/vs_kernel_gateway.py [--runs 30] [--backend docker]
+    .venv/bin/python bench/vs_kernel_gateway.py [--runs 30] [--backend docker,forkserver]
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -45,6 +54,7 @@ CHART = (
     "fig.savefig('chart.png'); plt.close(fig)\n"
 )
 BASH = "echo 1"
+STEADY_GAP = 0.25  # seconds between one steady client's runs
 PEER_PACKAGES = ["jupyter-kernel-gateway==3.0.1", "websocket-client"]
 
 
@@ -260,6 +270,46 @@ def timed_runs(gateway: Gateway, body: dict[str, Any], runs: int) -> list[float]
     return samples
 
 
+def steady_runs(gateway: Gateway, body: dict[str, Any], runs: int) -> list[float]:
+    """One client, one run after another, `STEADY_GAP` s apart: the pools never settle."""
+    samples = []
+    gateway.settle()
+    for _ in range(runs):
+        started = time.perf_counter()
+        record = gateway.run(body)
+        samples.append(time.perf_counter() - started)
+        if record.get("status") != "succeeded":
+            raise RuntimeError(f"a benchmark run did not succeed: {record}")
+        time.sleep(STEADY_GAP)
+    return samples
+
+
+def forked_kernel_uss(gateway: Gateway) -> list[int]:
+    """USS of each idle forked kernel (its pid 1 and its kernel process together): the
+    processes the forkserver's parents forked that run as a sandbox user."""
+    import psutil
+
+    gateway.settle()
+    time.sleep(2)  # the refilled kernels idle
+    parents = [
+        p
+        for p in psutil.process_iter(["cmdline", "uids"])
+        if any("zygote.py" in part for part in (p.info["cmdline"] or []))
+        and p.info["uids"]
+        and p.info["uids"].real == 0
+    ]
+    found = []
+    for parent in parents:
+        for init in parent.children():
+            with contextlib.suppress(psutil.Error):
+                if init.uids().real == 0:
+                    continue
+                total = init.memory_full_info().uss
+                total += sum(c.memory_full_info().uss for c in init.children(recursive=True))
+                found.append(total)
+    return found
+
+
 def pool_hits(gateway: Gateway) -> int:
     return sum(p.get("hits", 0) for p in (gateway.health().get("pools") or {}).values())
 
@@ -287,7 +337,11 @@ def measure_gateway(backend: str, runs: int, extra: list[str]) -> dict[str, Any]
             "print": timed_runs(gateway, {"code": PRINT}, runs),
             "chart": timed_runs(gateway, {"code": CHART}, runs),
             "bash": timed_runs(gateway, {"code": BASH, "language": "bash"}, runs),
+            "steady_print": steady_runs(gateway, {"code": PRINT}, runs * 2),
+            "steady_chart": steady_runs(gateway, {"code": CHART}, runs),
         }
+        if backend == "forkserver":
+            result["kernel_uss"] = forked_kernel_uss(gateway)
         for concurrency in (1, 4, 8):
             result[f"throughput_{concurrency}"] = throughput(gateway, concurrency, runs)
         result["health"] = gateway.health()
@@ -306,21 +360,22 @@ def main() -> int:
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     peer = measure_peer(ensure_peer(args.cache), args.runs)
-    pooled = measure_gateway(args.backend, args.runs, [])
-    cold = measure_gateway(args.backend, args.runs, args.cold_flags.split())
-    rows = table(peer, pooled, cold, args)
+    backends = args.backend.split(",")
+    measured: dict[str, dict[str, Any]] = {}
+    for backend in backends:
+        pooled = measure_gateway(backend, args.runs, [])
+        cold = measure_gateway(backend, args.runs, args.cold_flags.split())
+        measured[backend] = {"gateway": pooled, "cold": cold, "rows": table(peer, pooled, cold)}
     args.results.mkdir(parents=True, exist_ok=True)
     out = args.results / f"vs-kernel-gateway-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(
-        json.dumps({"peer": peer, "gateway": pooled, "cold": cold, "rows": rows}, indent=2)
-    )
-    print("\n".join(markdown(rows)))
+    out.write_text(json.dumps({"peer": peer, "backends": measured}, indent=2))
+    print("\n".join(markdown({b: m["rows"] for b, m in measured.items()})))
     print(f"written to {out}", file=sys.stderr)
     return 0
 
 
 def table(
-    peer: dict[str, Any], pooled: dict[str, Any], cold: dict[str, Any], args: Any
+    peer: dict[str, Any], pooled: dict[str, Any], cold: dict[str, Any]
 ) -> list[dict[str, Any]]:
     rows = []
     for name in ("print", "chart", "bash"):
@@ -332,6 +387,14 @@ def table(
                 "what": f"`{name}` latency, pool empty",
                 "ours": percentiles(cold[name]),
                 "peer": theirs,
+            }
+        )
+    for name, peer_name in (("steady_print", "print"), ("steady_chart", "chart")):
+        rows.append(
+            {
+                "what": f"`{peer_name}` latency, steady use ({STEADY_GAP:g} s apart)",
+                "ours": percentiles(pooled[name]),
+                "peer": percentiles(peer[peer_name]),
             }
         )
     for concurrency in (1, 4, 8):
@@ -346,26 +409,66 @@ def table(
                 "pooled": f"{hits} of {n}",
             }
         )
+    if pooled.get("kernel_uss"):
+        uss = sorted(pooled["kernel_uss"])
+        rows.append(
+            {"what": "idle forked kernel USS (MB)", "ours": uss[len(uss) // 2] / 1e6, "peer": None}
+        )
     rows.append({"what": "pools", "ours": pooled["health"].get("pools"), "peer": None})
     return rows
 
 
-def markdown(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| | gateway | Kernel Gateway | ratio |", "|---|---:|---:|---:|"]
-    for row in rows:
-        ours, peer = row["ours"], row["peer"]
-        if isinstance(ours, dict) and "p50" in ours:
-            ratio = f"{peer['p50'] / ours['p50']:.1f}x faster" if peer else ""
-            theirs = f"{peer['p50']:.0f} ms" if peer else "—"
-            lines.append(
-                f"| {row['what']} p50 (p90 / p99) | {ours['p50']:.0f} ms "
-                f"({ours['p90']:.0f} / {ours['p99']:.0f}) | {theirs} | {ratio} |"
-            )
-        elif isinstance(ours, float):
-            cpu = ""
-            if "cpu_ms_per_run" in row:
-                cpu = f"; {row['cpu_ms_per_run']:.0f} ms CPU/run; pooled {row['pooled']}"
-            lines.append(f"| {row['what']} | {ours:.2f}{cpu} | {peer:.2f} | {ours / peer:.2f}x |")
+def markdown(by_backend: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One column per backend, then Kernel Gateway's, then each backend's ratio to it."""
+    names = list(by_backend)
+    head = (
+        "| | "
+        + " | ".join(names)
+        + " | Kernel Gateway | "
+        + " | ".join(f"{n} vs KG" for n in names)
+        + " |"
+    )
+    lines = [head, "|---|" + "---:|" * (2 * len(names) + 1)]
+    first = by_backend[names[0]]
+    whats = [row["what"] for row in first]
+    for rows in by_backend.values():  # rows one backend has alone (the forked kernels' USS)
+        whats += [row["what"] for row in rows if row["what"] not in whats]
+    by_what = {name: {row["what"]: row for row in rows} for name, rows in by_backend.items()}
+    for what in whats:
+        row = next(by_what[name][what] for name in names if what in by_what[name])
+        cells, ratios = [], []
+        peer = row["peer"]
+        for name in names:
+            other = by_what[name].get(what, {"ours": None})
+            ours = other["ours"]
+            if ours is None:
+                cells.append("—")
+                ratios.append("")
+                continue
+            if isinstance(ours, dict) and "p50" in ours:
+                cells.append(f"{ours['p50']:.0f} ms ({ours['p90']:.0f} / {ours['p99']:.0f})")
+                ratios.append(f"{peer['p50'] / ours['p50']:.1f}x faster" if peer else "")
+            elif isinstance(ours, float):
+                extra = ""
+                if "cpu_ms_per_run" in other:
+                    extra = f"; {other['cpu_ms_per_run']:.0f} ms CPU/run; pooled {other['pooled']}"
+                cells.append(f"{ours:.2f}{extra}")
+                ratios.append(f"{ours / peer:.2f}x" if isinstance(peer, float) else "")
+            else:
+                cells = []
+                break
+        if not cells or all(c == "—" for c in cells):
+            continue
+        if isinstance(peer, dict):
+            theirs = f"{peer['p50']:.0f} ms ({peer['p90']:.0f} / {peer['p99']:.0f})"
+        elif isinstance(peer, float):
+            theirs = f"{peer:.2f}"
+        else:
+            theirs = "—"
+        what += " p50 (p90 / p99)" if isinstance(row["ours"], dict) else ""
+        lines.append(
+            f"| {what} | " + " | ".join(cells) + f" | {theirs} | " + " | ".join(ratios) + " |"
+        )
     return lines
 
 

@@ -8,6 +8,7 @@ import importlib.util
 # extra -> the modules it provides, and what needs them
 EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "docker": (("docker",), "the Docker backend"),
+    "forkserver": (("docker", "pyseccomp"), "the forkserver backend"),
     "local": (
         ("ipykernel", "matplotlib_inline", "matplotlib", "numpy", "pandas"),
         "the local backend (it runs kernels from this Python environment)",

@@ -56,7 +56,8 @@ class Settings(BaseModel):
     port: int = setting(8888, "port to listen on (0 picks a free one)", ge=0, le=65535)
     backend: str = setting(
         "auto",
-        "sandbox backend: auto (docker where an engine has the kernel image, else local), or "
+        "sandbox backend: auto (forkserver as root with cgroups and the kernel image's "
+        "layers, else docker where an engine has the kernel image, else local), or "
         "the name of one installed as a gateway.backends entry point",
     )
     data_dir: Path = setting(Path("~/.local/share/kernel-gateway"), "where run records live")

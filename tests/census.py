@@ -45,6 +45,10 @@ DOCKER_INSTANCES: set[str] = set()
 # Which sandboxes those are, the census finds out from the outside (`pooled`), never by
 # asking the gateway (the code under test).
 LIVE_GATEWAYS: set[Any] = set()
+# Gateways in processes of their own (support.GatewayProcess), by instance id: while one
+# runs, what its backend holds for its lifetime (the forkserver's state folder, named after
+# its instance) is not a leak; once it has ended, it is.
+PROCESS_INSTANCES: dict[str, Any] = {}
 # Workspaces roots of the gateways this test process started: a live gateway keeps its
 # users' workspace images mounted there (quota.py); once it stops, none may stay mounted
 # and no loop device may hold an image of theirs.
@@ -74,11 +78,11 @@ PROBE_TIMEOUT = 10.0
 def connection_of(folder: Path) -> dict[str, Any] | None:
     """The kernel's connection info of a sandbox folder, its ipc address made the host's:
     the socket `<ip basename>-<port>` is in the folder (`k/` local, `sock/` Docker)."""
-    for file in (folder / "connection.json", folder / "k" / "connection.json"):
+    for file in (folder / "connection.json", folder / "k" / "connection.json", folder / FORKED):
         with contextlib.suppress(OSError, ValueError):
             info: dict[str, Any] = json.loads(file.read_text())
             base = os.path.basename(str(info["ip"]))
-            for sub in ("k", "sock"):
+            for sub in ("k", "sock", "run/kernel"):
                 if (folder / sub / f"{base}-{info['shell_port']}").exists():
                     return {**info, "ip": str(folder / sub / base)}
     return None
@@ -97,9 +101,9 @@ def never_ran_code(folder: Path) -> bool:
     (False when the kernel does not answer)."""
     from jupyter_client import BlockingKernelClient
 
-    work = folder / "work"
-    if work.is_dir() and any(work.iterdir()):
-        return False
+    for work in (folder / "work", folder / "workspace"):  # local and Docker; forkserver
+        if work.is_dir() and any(work.iterdir()):
+            return False
     info = connection_of(folder)
     if info is None:
         return False
@@ -117,23 +121,104 @@ def never_ran_code(folder: Path) -> bool:
 
 
 def pooled() -> set[Path]:
-    """The sandbox folders of live gateways that hold an idle pooled kernel (see above)."""
+    """The sandbox folders of live gateways that hold an idle pooled kernel (see above), and
+    the roots (`/proc/<pid>/root`) of their idle forked kernels."""
     found: set[Path] = set()
     for gateway in list(LIVE_GATEWAYS):
         instance = gateway.settings.instance_id or ""
         found.update(f for f in folders_of(instance) if never_ran_code(f))
+    return found | forked_idle()
+
+
+# --- the forkserver's kernels and warm parents, seen from the outside -------------------------
+#
+# A forked kernel has no folder on the host: its sandbox is reached through the pid 1 of its
+# namespaces, whose `/proc/<pid>/root` is the sandbox's root (the connection file, the
+# sockets and the working folder where Docker has them). It counts as pooled on the terms
+# above. What a live gateway's backend holds for its lifetime (its warm parents, each by
+# itself: the kernels they fork are judged on their own; its state folder) is asked of the
+# gateway (`resident`), for live gateways only: once a gateway stops, all of it is a leak.
+
+FORKED = "run/gateway/connection.json"  # in a forked kernel's root
+
+
+def _namespace_init(pid: int) -> bool:
+    """Whether the process is pid 1 of a PID namespace below ours."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                ids = line.split()[1:]
+                return len(ids) > 1 and ids[-1] == "1"
+    return False
+
+
+def forked_idle() -> set[Path]:
+    """The roots of live gateways' forked kernels that have run nothing."""
+    marks = tuple(f"/gateway-gwfs{(g.settings.instance_id or '')[:6]}-" for g in LIVE_GATEWAYS)
+    found: set[Path] = set()
+    if not marks:
+        return found
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cgroup = Path(f"/proc/{entry.name}/cgroup").read_text()
+            if any(m in cgroup for m in marks) and _namespace_init(int(entry.name)):
+                root = Path(f"/proc/{entry.name}/root")
+                if never_ran_code(root):
+                    found.add(root)
     return found
+
+
+def _forked_pid(root: Path) -> int | None:
+    """The pid of a forked kernel's pid 1 from its root (`/proc/<pid>/root`), else None."""
+    parts = root.parts
+    return int(parts[2]) if parts[:2] == ("/", "proc") and len(parts) == 4 else None
+
+
+def _forked_groups(idle: set[Path]) -> set[str]:
+    """The cgroups (by name) that the idle forked kernels are in."""
+    names: set[str] = set()
+    for root in idle:
+        pid = _forked_pid(root)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+                    names.add(line.rsplit("/", 1)[-1])
+    return names
+
+
+def resident() -> tuple[set[int], set[str]]:
+    """What live gateways' backends hold for their lifetime: warm parents (pids, each by
+    itself) and folders (also a gateway process's own while it runs)."""
+    pids: set[int] = set()
+    folders: set[str] = set()
+    for gateway in list(LIVE_GATEWAYS):
+        held = gateway.resident()
+        pids.update(held.pids)
+        folders.update(held.folders)
+    tmp = Path(tempfile.gettempdir())
+    for ident, process in list(PROCESS_INSTANCES.items()):
+        if process.poll() is None:
+            folders.update(str(p) for p in tmp.glob(f"gwfs{ident[:6]}-*"))
+    return pids, folders
 
 
 def _pooled_processes(table: dict[int, Proc], folders: set[Path]) -> set[int]:
     """The processes of pooled sandboxes: each in the cgroup of one, or naming one's folder on
     its command line, and with it the whole tree below pytest it is in."""
+    found: set[int] = set()
+    for root in folders:
+        pid = _forked_pid(root)
+        if pid is not None and pid in table:
+            found.add(pid)
+            found.update(p.pid for p in descendants(pid, table))
+    folders = {f for f in folders if _forked_pid(f) is None}
     if not folders:
-        return set()
+        return found
     me = os.getpid()
     groups = tuple(f"/gateway-{f.name}\n" for f in folders)
     paths = tuple(f"{f}/".encode() for f in folders)
-    found: set[int] = set()
     for proc in table.values():
         with contextlib.suppress(OSError):
             cgroup = Path(f"/proc/{proc.pid}/cgroup").read_text()
@@ -263,6 +348,7 @@ def _strays(idle: set[Path] | None) -> list[Proc]:
     me = os.getpid()
     table = process_table()
     owned = _pooled_processes(table, pooled() if idle is None else idle)
+    owned |= resident()[0]  # each warm parent by itself, not what it forked
     for (pid, start), _ in list(_OWNED.items()):
         proc = table.get(pid)
         if proc is None or proc.start != start or proc.state == "Z":
@@ -277,7 +363,8 @@ def _strays(idle: set[Path] | None) -> list[Proc]:
 
 
 def _prefixes() -> tuple[str, ...]:
-    return tuple(f"gw{ident[:6]}-" for ident in INSTANCES)
+    """Names of what our gateways make (the forkserver backend's: `gwfs...`)."""
+    return tuple(f"{kind}{ident[:6]}-" for ident in INSTANCES for kind in ("gw", "gwfs"))
 
 
 def folders_of(instance: str) -> list[Path]:
@@ -289,8 +376,9 @@ def folders_of(instance: str) -> list[Path]:
 def sandbox_folders(idle: set[Path] | None = None) -> list[str]:
     tmp = Path(tempfile.gettempdir())
     idle = pooled() if idle is None else idle
+    held = resident()[1]
     found = (p for prefix in _prefixes() for p in tmp.glob(prefix + "*"))
-    return sorted(str(f) for f in found if f not in idle)
+    return sorted(str(f) for f in found if f not in idle and str(f) not in held)
 
 
 def sandbox_mounts(idle: set[Path] | None = None) -> list[str]:
@@ -299,7 +387,8 @@ def sandbox_mounts(idle: set[Path] | None = None) -> list[str]:
     prefixes = tuple(tmp + b"/" + prefix.encode() for prefix in _prefixes())
     if not prefixes:
         return []
-    inside = tuple(os.fsencode(f) + b"/" for f in (pooled() if idle is None else idle))
+    held = [*(pooled() if idle is None else idle), *resident()[1]]
+    inside = tuple(os.fsencode(f) + b"/" for f in held)
     return sorted(
         f"mount {os.fsdecode(p)}"
         for p in _mount_points()
@@ -310,7 +399,8 @@ def sandbox_mounts(idle: set[Path] | None = None) -> list[str]:
 def sandbox_cgroups(idle: set[Path] | None = None) -> list[str]:
     root = Path("/sys/fs/cgroup")
     names = [f"gateway-{p}" for p in _prefixes()]
-    groups = {f"gateway-{f.name}" for f in (pooled() if idle is None else idle)}
+    idle = pooled() if idle is None else idle
+    groups = {f"gateway-{f.name}" for f in idle} | _forked_groups(idle)
     return sorted(
         str(p)
         for name in names

@@ -19,7 +19,12 @@ from tests.openapi_support import FUZZ_TOKEN
 from tests.postgres import Server
 from tests.support import DOCKER_IMAGE, Client, GatewayThread, wait_for
 
-BACKENDS = ("local", "docker")
+# GATEWAY_TEST_BACKENDS (comma-separated) narrows them, e.g. to run one file on forkserver
+BACKENDS = tuple(
+    name
+    for name in ("local", "docker", "forkserver")
+    if name in os.environ.get("GATEWAY_TEST_BACKENDS", "local,docker,forkserver").split(",")
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,13 +45,24 @@ def docker_status() -> tuple[bool, str]:
     return probe_docker(DOCKER_IMAGE)
 
 
+def forkserver_status() -> tuple[bool, str]:
+    absent = missing("forkserver")
+    if absent is not None:
+        return False, absent
+    from gateway.sandbox.forkserver.backend import probe_forkserver
+
+    return probe_forkserver(DOCKER_IMAGE)
+
+
 def require_backend(name: str) -> None:
-    """Skip (fail, when GATEWAY_REQUIRE includes docker) if the backend cannot run here."""
-    if name != "docker":
+    """Skip (fail, when GATEWAY_REQUIRE names it) if the backend cannot run here: docker
+    (an engine with the image), forkserver (root, cgroups, bubblewrap, the image's layers)."""
+    status = {"docker": docker_status, "forkserver": forkserver_status}.get(name)
+    if status is None:
         return
-    ok, why = docker_status()
+    ok, why = status()
     if not ok:
-        needs.missing("docker", why)
+        needs.missing(name, why)
 
 
 def start_gateway(backend: str, **overrides: Any) -> GatewayThread:

@@ -1,8 +1,9 @@
 """What the suite needs from the machine, and what happens when it is missing.
 
 A part that is missing is a skip that names it, unless the environment says it is required:
-`GATEWAY_REQUIRE=docker,chromium,schemathesis,postgres,cgroups` (or `GATEWAY_REQUIRE_DOCKER=1`
-and the like; `cgroups`: this process may make cgroups, as the local backend does as root),
+`GATEWAY_REQUIRE=docker,forkserver,chromium,schemathesis,postgres,cgroups` (or
+`GATEWAY_REQUIRE_DOCKER=1` and the like; `cgroups`: this process may make cgroups, as the
+local backend does as root),
 as CI sets it, turns each such skip into a failure, so that CI cannot go green with a part of
 the suite silently not run.
 """
@@ -16,7 +17,7 @@ from typing import NoReturn
 
 import pytest
 
-FEATURES = ("docker", "chromium", "schemathesis", "postgres", "cgroups")
+FEATURES = ("docker", "forkserver", "chromium", "schemathesis", "postgres", "cgroups")
 
 
 def required() -> set[str]:

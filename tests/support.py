@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 
 from gateway import settings as settings_module
+from gateway.sandbox.base import Footprint
 from gateway.server import Gateway
 from tests import census
 
@@ -152,6 +153,12 @@ class GatewayThread:
         assert self.gateway.services is not None
         return self.gateway.services.runs.settled
 
+    def resident(self) -> Any:
+        """What the backend itself holds while it runs (gateway.sandbox.base.Footprint: the
+        forkserver's warm parents and state folder), beside its sandboxes."""
+        services = self.gateway.services
+        return Footprint() if services is None else services.backend.footprint()
+
     def stop(self) -> None:
         census.LIVE_GATEWAYS.discard(self)
         try:
@@ -218,6 +225,7 @@ class GatewayProcess:
         with (self.data_dir / "gateway.log").open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=log)
         census.own(self.process.pid, f"the gateway process on port {self.port}")
+        census.PROCESS_INSTANCES[self.instance] = self.process
         assert wait_for(lambda: answers(self.client), timeout=60), self.log()
         return self
 

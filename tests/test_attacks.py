@@ -1,5 +1,6 @@
 """Attacks that must fail, each one a test (issue 3). They run on the Docker backend, the
-production sandbox; a few also on the local one where it enforces the same limit."""
+production sandbox, and on the forkserver backend, which must be as strict; a few also on
+the local one where it enforces the same limit."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from gateway.settings import SANDBOX_ID
 from tests import census
-from tests.conftest import start_gateway
+from tests.conftest import BACKENDS, start_gateway
 from tests.support import (
     Client,
     GatewayThread,
@@ -24,11 +25,12 @@ from tests.support import (
 pytestmark = pytest.mark.attack
 
 
-@pytest.fixture(scope="module")
-def docker() -> Iterator[GatewayThread]:
-    """A Docker gateway with small disks, so that filling them is quick."""
+@pytest.fixture(scope="module", params=[b for b in ("docker", "forkserver") if b in BACKENDS])
+def docker(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
+    """A gateway of each strict backend (Docker, forkserver) with small disks, so that
+    filling them is quick."""
     server = start_gateway(
-        "docker",
+        str(request.param),
         workdir_bytes=32 * 1024 * 1024,
         tmp_bytes=32 * 1024 * 1024,
         memory_bytes=256 * 1024 * 1024,
@@ -202,7 +204,11 @@ def test_gateway_environment_and_host_files_stay_hidden(
     try:
         code = (
             "import os, glob\n"
-            "env = open('/proc/1/environ','rb').read() + b''.join(os.environ.get(k,'').encode() for k in os.environ)\n"
+            "try:\n"
+            "    env = open('/proc/1/environ','rb').read()\n"
+            "except PermissionError:\n"  # forkserver: pid 1 is not dumpable, its /proc is root's
+            "    env = b''\n"
+            "env += b''.join(os.environ.get(k,'').encode() for k in os.environ)\n"
             f"result = [b'canary' in env, os.path.exists({str(secret)!r}), os.path.exists({str(docker.settings.data_dir)!r}),\n"
             "          os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0],\n"
             "          bool(glob.glob('/var/run/docker.sock'))]\n"
@@ -280,7 +286,8 @@ def test_two_gateways_on_one_engine_leave_each_other_alone(docker: GatewayThread
         lambda: docker.client().request("GET", f"/v1/runs/{run_id}").json()["status"] == "running",
         timeout=60,
     )
-    other = GatewayThread(backend="docker").start()  # its start-up cleans only its own instance
+    # its start-up cleans only its own instance
+    other = GatewayThread(backend=docker.backend_name).start()
     try:
         assert other.client().run(code="print(2)")["stdout"] == "2\n"
         assert docker.client().request("GET", f"/v1/runs/{run_id}").json()["status"] == "running"

@@ -38,6 +38,7 @@ from tests.support import REPO, GatewayProcess
 
 SHIPPED = {
     "docker": "gateway.sandbox.docker:DockerBackend",
+    "forkserver": "gateway.sandbox.forkserver.backend:ForkserverBackend",
     "local": "gateway.sandbox.local:LocalBackend",
 }
 
@@ -75,7 +76,7 @@ def test_another_distributions_backend_is_found_and_listed(tmp_path: Path) -> No
         timeout=60,
         check=True,
     )
-    assert "installed: docker, fake, local" in " ".join(done.stdout.split())
+    assert "installed: docker, fake, forkserver, local" in " ".join(done.stdout.split())
     bad = subprocess.run(
         [sys.executable, "-m", "gateway", "serve", "--backend", "nope"],
         env=env,
@@ -85,7 +86,10 @@ def test_another_distributions_backend_is_found_and_listed(tmp_path: Path) -> No
         check=False,
     )
     assert bad.returncode == 2
-    assert "backend: " in bad.stderr and "'auto', 'docker', 'fake' or 'local'" in bad.stderr
+    assert (
+        "backend: " in bad.stderr
+        and "'auto', 'docker', 'fake', 'forkserver' or 'local'" in bad.stderr
+    )
 
 
 def test_a_backend_found_by_entry_point_serves_runs(
@@ -124,7 +128,9 @@ def test_the_factory_makes_the_backend_named(
 
 def test_an_unknown_backend_names_those_installed() -> None:
     settings = {"backend": "kubernetes", "allow_local_multi_user": False}
-    with pytest.raises(RuntimeError, match=r"--backend kubernetes: .*\(docker, local\)"):
+    with pytest.raises(
+        RuntimeError, match=r"--backend kubernetes: .*\(docker, forkserver, local\)"
+    ):
         asyncio.run(make_backend(settings, BackendContext(instance_id="t-unknown")))
 
 

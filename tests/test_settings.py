@@ -15,7 +15,7 @@ import pytest
 
 from gateway import settings as settings_module
 from gateway.cli import build_parser
-from tests.conftest import require_backend
+from tests.conftest import forkserver_status, require_backend
 from tests.support import DOCKER_IMAGE, GatewayThread, free_port
 
 
@@ -75,16 +75,25 @@ def start_auto(caplog: pytest.LogCaptureFixture, **overrides: Any) -> GatewayThr
         return GatewayThread(backend="auto", **overrides).start()
 
 
-def test_auto_backend_picks_docker_when_the_engine_has_the_image(
+def test_auto_backend_picks_forkserver_else_docker_when_the_engine_has_the_image(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Forked kernels where the machine allows them (root, cgroups, bubblewrap, the image's
+    layers: their attack suite passes as Docker's does), else containers."""
     require_backend("docker")
+    forkserver, _ = forkserver_status()
     server = start_auto(caplog)
     try:
-        assert server.backend_name == "docker"
-        assert first_gateway_line(caplog) == (
-            f"backend docker (a Docker engine answers and has the image {DOCKER_IMAGE})"
-        )
+        if forkserver:
+            assert server.backend_name == "forkserver"
+            assert first_gateway_line(caplog) == (
+                f"backend forkserver (root, cgroups, bubblewrap and the image {DOCKER_IMAGE}'s "
+                "layers: kernels forked from a warm parent, as strict as a container)"
+            )
+        else:
+            assert server.backend_name == "docker"
+            # the clause says why forkserver could not run here
+            assert first_gateway_line(caplog).startswith("backend docker (")
     finally:
         server.stop()
 
@@ -110,7 +119,10 @@ def test_auto_backend_falls_back_to_local_without_an_engine(
     server = start_auto(caplog)
     try:
         assert server.backend_name == "local"
-        assert first_gateway_line(caplog).startswith("backend local (no Docker engine answers")
+        # forkserver (it reads the image's layers from the engine) and Docker both say why
+        line = first_gateway_line(caplog)
+        assert line.startswith("backend local (no Docker engine answers"), line
+        assert "; no Docker engine answers" in line, line
     finally:
         server.stop()
 
@@ -161,7 +173,7 @@ def test_every_setting_is_a_flag_and_an_environment_variable(name: str) -> None:
         ("--default-timeout", "nan", "finite number"),
         ("--max-files", "many", "valid integer"),
         ("--sandbox-uid", "0", "greater than or equal to 1"),
-        ("--backend", "kubernetes", "'auto', 'docker' or 'local'"),
+        ("--backend", "kubernetes", "'auto', 'docker', 'forkserver' or 'local'"),
     ],
 )
 def test_nonsense_settings_are_refused_naming_the_setting(flag: str, value: str, says: str) -> None:

@@ -88,6 +88,16 @@ class SandboxSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Footprint:
+    """What a backend holds on the machine for its lifetime, beside its sandboxes (for
+    operators and leak checks): warm processes by pid (each alone, not its descendants),
+    folders."""
+
+    folders: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Death:
     """How a kernel ended when it was not ended by us."""
 
@@ -247,6 +257,12 @@ class SandboxBackend(abc.ABC):
         `GET /v1/environment`, never on a run's path; the backend may keep the answer until
         what it was read from changes. Default: None, the backend cannot tell."""
         return None
+
+    def footprint(self) -> Footprint:
+        """What the backend itself holds on the machine while it runs, beside its sandboxes
+        (warm processes, by pid: each alone, not its descendants; folders). Asked by
+        operators and the tests' leak census. Default: nothing."""
+        return Footprint()
 
     async def startup(self) -> None:  # noqa: B027 - optional hook
         """Called once by the gateway when it starts (e.g. to remove orphans of a crash),

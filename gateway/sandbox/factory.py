@@ -4,7 +4,8 @@ settings it reads.
 
 `--backend NAME` loads that plug-in and asks it whether it can run here (`probe`): if not,
 the gateway does not start, and says why. `--backend auto` tries every installed backend
-that takes part in it, in the order of their `auto_preference` (Docker, then local), and
+that takes part in it, in the order of their `auto_preference` (forkserver, Docker, then
+local), and
 takes the first that can run; the log line says which and why ("backend local (no Docker
 engine answers ...)"). A backend that does not isolate users from each other
 (`isolates_users` false: local) serves a gateway with several users only when the operator

@@ -49,6 +49,48 @@ def bind_fd(fd: int, target: Path) -> None:
         raise
 
 
+SYS_OPEN_TREE = 428  # x86_64 (and every architecture of the unified syscall table)
+SYS_MOUNT_SETATTR = 442
+OPEN_TREE_CLONE = 0x1
+AT_EMPTY_PATH = 0x1000
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def clone_tree(fd: int) -> int:
+    """A detached bind mount of the folder open at `fd`, nosuid and nodev, as a descriptor
+    (`open_tree(OPEN_TREE_CLONE)`): another mount namespace can attach it (`move_mount`),
+    where a bind of a path or of /proc/self/fd/N would be refused. The caller closes it."""
+    flags = OPEN_TREE_CLONE | os.O_CLOEXEC | AT_EMPTY_PATH
+    tree = _libc.syscall(SYS_OPEN_TREE, fd, b"", ctypes.c_uint(flags))
+    if tree < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree: {os.strerror(err)}")
+    attr = _MountAttr(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0)
+    result = _libc.syscall(
+        SYS_MOUNT_SETATTR,
+        tree,
+        b"",
+        ctypes.c_uint(AT_EMPTY_PATH),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    if result != 0:
+        err = ctypes.get_errno()
+        os.close(tree)
+        raise OSError(err, f"mount_setattr: {os.strerror(err)}")
+    return int(tree)
+
+
 def mount_tmpfs(target: Path, options: str, *, noexec: bool = False) -> None:
     """Mount a fresh tmpfs (`options`: size, nr_inodes, uid, gid, mode) on `target` (an empty
     folder), nosuid and nodev, and noexec if asked."""

@@ -1,0 +1,1 @@
+"""The forkserver backend: kernels forked from a warm parent (backend.py)."""

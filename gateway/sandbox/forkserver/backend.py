@@ -1,0 +1,438 @@
+"""`ForkserverSandbox`: a kernel forked from a warm parent into a sandbox as strict as a
+container (README, "What each backend isolates"; DESIGN.md decision 23).
+
+The backend mounts the kernel image's layers (Docker's overlay2 folders, read-only: the
+same files as a container of that image) once, compiles the seccomp filter once
+(`seccomp.py`), and keeps one warm parent per kind of kernel (`parent.py`,
+`kernels/zygote.py`): `ipykernel` (with our startup code and the preloads imported),
+`bash`, and `exec` for Deno and R, whose kernels are not Python: their child sets up the
+same sandbox and then execs the kernel's command line, as the Docker image would run it.
+
+Per sandbox the gateway makes only a cgroup (memory with swap off, pids, CPU): the child
+joins it through descriptors the gateway opened, before it unshares anything. Everything
+else lives in the child's own namespaces and goes with it: its tmpfs working folder and
+socket folder are handed back to the gateway as open descriptors, through which files are
+staged and read back (a descriptor keeps the tmpfs readable after the kernel has died) and
+the kernel's sockets are reached (`/proc/self/fd/N/s-1`: never a path another process
+could swap). No host folder, mount or volume is made per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import kernels
+from gateway.errors import SandboxError
+from gateway.models.languages import traits
+from gateway.models.record import Usage
+from gateway.models.request import StagedFile
+from gateway.sandbox.base import (
+    BackendContext,
+    Death,
+    FilesRead,
+    Footprint,
+    KernelEnvironment,
+    LimitEvent,
+    ReadLimits,
+    Sandbox,
+    SandboxBackend,
+    SandboxSpec,
+)
+from gateway.sandbox.cgroup import Cgroup
+from gateway.sandbox.docker import ETC_HOSTS
+from gateway.sandbox.forkserver.parent import Parent
+from gateway.sandbox.forkserver.rootfs import image_layers, mount_rootfs, probe_rootfs
+from gateway.sandbox.forkserver.seccomp import write_filter
+from gateway.sandbox.kernelspec import (
+    connection_info,
+    kernel_argv,
+    kernel_env,
+    new_key,
+)
+from gateway.sandbox.mounts import clone_tree, remove_tree
+from gateway.sandbox.readback import read_files
+from gateway.sandbox.sockets import secure_sockets
+from gateway.sandbox.staging import write_staged_files
+from gateway.sandbox.tenancy import Identity, Tenancy, TenancyConfig
+from gateway.sandbox.workspace import open_workspace
+
+log = logging.getLogger(__name__)
+
+WORKDIR = "/workspace"
+CONNECTION_FILE = "/run/gateway/connection.json"
+IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
+IMAGE_PYTHON = "/opt/venv/bin/python"
+KERNEL_LOG = "kernel.log"
+LOG_TAIL_BYTES = 4096
+EXIT_WAIT = 10.0
+PARENT_WORD_WAIT = 2.0  # after a kernel ended: how long its exit status may take to come
+# the kinds of kernel a warm parent imports; the others are exec'd by a child of `exec`
+IMPORTED = ("ipykernel", "bash")
+
+
+@dataclasses.dataclass(frozen=True)
+class ForkserverConfig:
+    """The settings the forkserver backend reads (each field takes the setting of its name)."""
+
+    docker_image: str
+    allow_network: bool
+    kernel_start_timeout: float
+    preload: tuple[str, ...]
+    tenancy: TenancyConfig
+
+
+class ForkserverBackend(SandboxBackend):
+    name = "forkserver"
+    config_type = ForkserverConfig
+    extra = "forkserver"
+    # before Docker's: its attack suite (tests -m attack) passes as Docker's does
+    auto_preference = 5
+    isolates_users = True
+
+    def __init__(self, config: ForkserverConfig, context: BackendContext) -> None:
+        super().__init__(config, context)
+        self.config: ForkserverConfig = config
+        self.tenancy = Tenancy(config.tenancy, context.multi_user)
+        self.instance_id = context.instance_id
+        self.prefix = f"gwfs{self.instance_id[:6]}-"
+        self.state: Path | None = None
+        self.parents: dict[str, Parent] = {}
+        self._environment: dict[str, Any] | None = None
+
+    @classmethod
+    async def probe(cls, config: ForkserverConfig) -> tuple[bool, str]:
+        return await asyncio.to_thread(probe_forkserver, config.docker_image)
+
+    @property
+    def rootfs(self) -> Path:
+        assert self.state is not None
+        return self.state / "root"
+
+    async def startup(self) -> None:
+        if self.config.allow_network and self.tenancy.multi_user:
+            raise RuntimeError(
+                "--allow-network with several users on the forkserver backend would put their "
+                "runs on this host's own network: refusing to start. Use the Docker backend "
+                "with --docker-network."
+            )
+        await self.tenancy.startup(switch_users=True)
+        await asyncio.to_thread(self._remove_orphans)
+        layers = await asyncio.to_thread(image_layers, self.config.docker_image)
+        self.state = Path(tempfile.mkdtemp(prefix=self.prefix))
+        try:
+            self.rootfs.mkdir(mode=0o755)
+            top = self.state / "top"  # what Docker adds to a container's root: /etc/hosts ...
+            (top / "etc").mkdir(parents=True)
+            (top / "etc/hosts").write_text(ETC_HOSTS, encoding="utf-8")
+            (top / "etc/hostname").write_text("", encoding="utf-8")  # each child binds its own
+            await asyncio.to_thread(mount_rootfs, [str(top), *layers], self.rootfs)
+            await asyncio.to_thread(write_filter, str(self.state / "seccomp.bpf"))
+            program = self.state / "zygote.py"
+            shutil.copyfile(Path(kernels.__file__).parent / "zygote.py", program)
+            program.chmod(0o444)
+            for kind in (*IMPORTED, "exec"):
+                self.parents[kind] = Parent(
+                    kind,
+                    self.rootfs,
+                    program,
+                    self.state / "seccomp.bpf",
+                    self.config.preload,
+                    self.state / f"parent-{kind}.log",
+                )
+            await self.parents["ipykernel"].ensure()  # the others on first use
+        except BaseException:
+            await self.shutdown()
+            raise
+        log.info("forkserver kernels fork from the image %s", self.config.docker_image)
+
+    def footprint(self) -> Footprint:
+        pids = [p.process.pid for p in self.parents.values() if p.process is not None]
+        pids += [p.pid for p in self.parents.values() if p.process is not None and p.pid]
+        return Footprint(folders=() if self.state is None else (str(self.state),), pids=tuple(pids))
+
+    async def shutdown(self) -> None:
+        for parent in self.parents.values():
+            await parent.close()
+        self.parents.clear()
+        if self.state is not None:
+            await asyncio.to_thread(remove_tree, self.state)
+            self.state = None
+        await self.tenancy.shutdown()
+
+    def _remove_orphans(self) -> None:
+        """What a crashed gateway of this instance left: cgroups (and their processes),
+        its state folder (the image's root file system mounted there)."""
+        Cgroup.remove_matching(f"gateway-{self.prefix}")
+        for path in Path(tempfile.gettempdir()).glob(self.prefix + "*"):
+            with contextlib.suppress(OSError):
+                remove_tree(path)
+
+    async def environment(self) -> KernelEnvironment | None:
+        if self._environment is None and self.state is not None:
+            path = self.rootfs / "opt/gateway/environment.json"
+            with contextlib.suppress(OSError, ValueError):
+                self._environment = json.loads(await asyncio.to_thread(path.read_text))
+        if self._environment is None:
+            return None
+        return KernelEnvironment(self._environment, "image", self.config.docker_image)
+
+    async def create(self, spec: SandboxSpec) -> ForkserverSandbox:
+        if spec.network and not self.config.allow_network:
+            raise SandboxError("network is not allowed on this gateway")
+        kernel = traits(spec.language).kernel
+        if traits(spec.language).listens_on_loopback and spec.network:
+            raise SandboxError(
+                f"A {spec.language} kernel listens on loopback ports, so the forkserver "
+                "backend runs it only in a network namespace of its own: without `network`."
+            )
+        identity = await self.tenancy.identity(spec.workspace)
+        sandbox = ForkserverSandbox(self, spec, identity, kernel if kernel in IMPORTED else "exec")
+        try:
+            if spec.workspace is not None:
+                sandbox.workspace_fd = await asyncio.to_thread(
+                    open_workspace, spec.workspace, identity.uid, identity.gid
+                )
+            limits = spec.limits
+            name = f"gateway-{self.prefix}{secrets.token_hex(6)}"
+            making = asyncio.ensure_future(
+                asyncio.to_thread(
+                    Cgroup.create, name, limits.memory_bytes, limits.pids, limits.cpus
+                )
+            )
+            try:
+                group = await asyncio.shield(making)
+            except asyncio.CancelledError:  # the thread goes on: keep what it makes
+                sandbox.group = await making
+                raise
+            if group is None:
+                raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
+            sandbox.group = group
+        except BaseException:
+            await sandbox.destroy()
+            raise
+        return sandbox
+
+
+def probe_forkserver(image: str) -> tuple[bool, str]:
+    """Whether forked kernels can be made here, and why (blocking)."""
+    if os.geteuid() != 0:
+        return False, "the forkserver backend needs root"
+    if shutil.which("bwrap") is None:
+        return False, "the forkserver backend needs bubblewrap (apt-get install bubblewrap)"
+    group = Cgroup.create(f"gateway-probe-fs-{os.getpid()}", 64 << 20, 8, 1.0)
+    if group is None:
+        return False, "the forkserver backend needs cgroups (memory, pids, cpu) it can make"
+    group.remove()
+    return probe_rootfs(image)
+
+
+class ForkserverSandbox(Sandbox):
+    def __init__(
+        self, backend: ForkserverBackend, spec: SandboxSpec, identity: Identity, kind: str
+    ) -> None:
+        self.backend = backend
+        self.spec = spec
+        self.identity = identity
+        self.kind = kind
+        self.group: Cgroup | None = None
+        self.pid: int | None = None
+        self.key = new_key()
+        self.workspace_fd: int | None = None  # the workspace, opened when it was created
+        self.work_fd: int | None = None
+        self.sock_fd: int | None = None
+        self.pidfd: int | None = None
+        self.exited: asyncio.Future[int | None] | None = None
+        self._killed = False
+
+    # --- the kernel ---------------------------------------------------------------------
+
+    def _request(self) -> dict[str, Any]:
+        limits = self.spec.limits
+        env = kernel_env("/tmp", {}, IMAGE_PATH)
+        env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
+        env.update(self.spec.env)
+        argv = kernel_argv(self.spec.language, IMAGE_PYTHON, CONNECTION_FILE)
+        if self.kind in IMPORTED:
+            argv = argv[4:]  # `python -P -m MODULE`: the parent has imported it
+        return {
+            "uid": self.identity.uid,
+            "gid": self.identity.gid,
+            "network": self.spec.network,
+            "hostname": secrets.token_hex(6),
+            "tmp_bytes": limits.tmp_bytes,
+            "work_bytes": limits.workdir_bytes,
+            "env": env,
+            "connection": connection_info("/run/kernel/s", self.key),
+            "argv": argv,
+        }
+
+    async def start(self) -> dict[str, Any]:
+        assert self.group is not None
+        parent = self.backend.parents[self.kind]
+        fds = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in self.group.proc_files]
+        request = {**self._request(), "cgroups": len(fds), "cgroupfs": self._cgroupfs()}
+        try:
+            if self.workspace_fd is not None:
+                fds.append(clone_tree(self.workspace_fd))  # two system calls
+            # A start cancelled after the request went out still gets its answer: the kernel
+            # it forked is then known, and killed with the sandbox (not left running)
+            spawning = asyncio.ensure_future(parent.spawn(request, fds))
+            try:
+                pid, folders, exited = await asyncio.shield(spawning)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    self.pid, folders, self.exited = await spawning
+                    self.work_fd, self.sock_fd = folders
+                raise
+        except OSError as exc:
+            raise SandboxError(
+                f"The forked kernel's workspace could not be mounted: {exc}"
+            ) from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.pid, self.exited = pid, exited
+        self.work_fd, self.sock_fd = folders
+        with contextlib.suppress(ProcessLookupError):
+            self.pidfd = os.pidfd_open(pid)
+            asyncio.get_running_loop().add_reader(self.pidfd, self._on_pidfd)
+        sockets = f"/proc/self/fd/{self.sock_fd}"
+        try:
+            await secure_sockets(
+                f"{sockets}/.",  # the folder itself, not the link to it (opened O_NOFOLLOW)
+                "s",
+                self.identity.uid,
+                asyncio.shield(exited),
+                self.backend.config.kernel_start_timeout,
+            )
+        except SandboxError as exc:
+            raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
+        return connection_info(f"{sockets}/s", self.key)
+
+    def _on_pidfd(self) -> None:
+        """The kernel's pid 1 ended. Its parent tells how (`exited`), unless the parent
+        died meanwhile: then, a moment later, the end is known without its status."""
+        loop = asyncio.get_running_loop()
+        if self.pidfd is not None:
+            loop.remove_reader(self.pidfd)
+        loop.call_later(PARENT_WORD_WAIT, self._exit_untold)
+
+    def _exit_untold(self) -> None:
+        if self.exited is not None and not self.exited.done():
+            self.exited.set_result(None)
+
+    def _cgroupfs(self) -> dict[str, Any]:
+        """What the kernel's /sys/fs/cgroup shows: its own groups, as in a container."""
+        assert self.group is not None
+        if self.group.v2:
+            return {"v2": True}
+        names = sorted({path.parent.name for path in self.group.dirs.values()})
+        return {"v2": False, "hierarchies": names}
+
+    def _log_tail(self) -> str:
+        if self.sock_fd is None:
+            return ""
+        try:
+            fd = os.open(
+                KERNEL_LOG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.sock_fd
+            )
+            with open(fd, "rb") as kernel_log:
+                kernel_log.seek(0, os.SEEK_END)
+                kernel_log.seek(max(0, kernel_log.tell() - LOG_TAIL_BYTES))
+                return kernel_log.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    async def wait_exit(self) -> None:
+        if self.exited is not None:
+            await asyncio.wait([self.exited])
+
+    def has_exited(self) -> bool:
+        return self.exited is not None and self.exited.done()
+
+    async def set_memory_limit(self, memory_bytes: int) -> bool:
+        if self.group is None:
+            return False
+        return await asyncio.to_thread(self.group.set_memory, memory_bytes)
+
+    async def kill(self) -> None:
+        if self.exited is not None and not self.exited.done():
+            self._killed = True
+            if self.pidfd is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        if self.group is not None:
+            # also a kernel whose start was cancelled after the fork: it is in the group
+            await asyncio.to_thread(self.group.kill_all)
+        if self.exited is not None:
+            await asyncio.wait([self.exited], timeout=EXIT_WAIT)
+
+    # --- files --------------------------------------------------------------------------
+
+    async def stage_files(self, files: Sequence[StagedFile]) -> None:
+        if files:
+            await asyncio.to_thread(self._stage_blocking, tuple(files))
+
+    def _stage_blocking(self, files: tuple[StagedFile, ...]) -> None:
+        assert self.work_fd is not None
+        write_staged_files(self.work_fd, files, self.identity.uid, self.identity.gid)
+
+    async def read_files(self, patterns: Sequence[str], limits: ReadLimits) -> FilesRead:
+        assert self.work_fd is not None
+        return await asyncio.to_thread(read_files, self.work_fd, WORKDIR, list(patterns), limits)
+
+    # --- what happened ------------------------------------------------------------------
+
+    async def usage(self) -> Usage:
+        usage = Usage()
+        if self.group is not None:
+            cpu_ns = self.group.cpu_ns()
+            usage.cpu_ms = None if cpu_ns is None else cpu_ns // 1_000_000
+            usage.peak_memory_bytes = self.group.peak_memory()
+        return usage
+
+    async def death(self) -> Death | None:
+        if self.exited is None or not self.exited.done() or self._killed:
+            return None
+        status = self.exited.result()
+        code = None if status is None else os.waitstatus_to_exitcode(status)
+        oom = self.group is not None and self.group.oom_killed()
+        return Death(exit_code=code, oom_killed=oom, detail=self._log_tail())
+
+    async def limit_events(self) -> frozenset[LimitEvent]:
+        if self.group is None:
+            return frozenset()
+        events: set[LimitEvent] = set()
+        if self.group.oom_killed():
+            events.add("memory")
+        if self.group.pids_limit_hit():
+            events.add("pids")
+        return frozenset(events)
+
+    async def destroy(self) -> None:
+        try:
+            await self.kill()
+        finally:
+            if self.pidfd is not None:
+                asyncio.get_running_loop().remove_reader(self.pidfd)
+            for name in ("pidfd", "work_fd", "sock_fd", "workspace_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    os.close(fd)
+                    setattr(self, name, None)
+            if self.group is not None:
+                await asyncio.to_thread(self.group.remove)
+                self.group = None
+            self.identity.release()

@@ -1,0 +1,240 @@
+"""The gateway's side of one warm parent (`kernels/zygote.py`): starts it in the kernel
+image's root file system with bubblewrap, talks to it over a socket pair (no path: nothing
+else can reach it), and starts it again when it has died.
+
+The parent runs as root with every capability (it must mount, unshare and change uid for
+its children) in a mount namespace of its own whose root is the image's (read-only), with
+its own /proc, /dev, /tmp and /run; it sees none of the host's files. It never runs user
+code: each request is a fork whose child sandboxes itself before anything else runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import SandboxError
+
+log = logging.getLogger(__name__)
+
+PYTHON = "/opt/venv/bin/python"
+PROGRAM = "/run/forkserver/zygote.py"
+FILTER = "/run/forkserver/seccomp.bpf"
+MAX_MESSAGE = 1 << 16
+READY_TIMEOUT = 120.0
+SPAWN_TIMEOUT = 60.0
+# the parent's environment: the kernel's (kernelspec.kernel_env) where it shapes imports
+PARENT_ENV = {
+    "PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONPATH": "/opt/gateway",
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "MPLCONFIGDIR": "/tmp/.mpl",
+    "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache",
+    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    "TERM": "dumb",
+}
+
+
+class Parent:
+    """One warm parent of one kind (`ipykernel`, `bash` or `exec`)."""
+
+    def __init__(
+        self,
+        kind: str,
+        rootfs: Path,
+        program: Path,
+        seccomp: Path,
+        preloads: tuple[str, ...],
+        log_path: Path,
+    ) -> None:
+        self.kind = kind
+        self.rootfs = rootfs
+        self.program = program
+        self.seccomp = seccomp
+        self.preloads = preloads if kind == "ipykernel" else ()
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None  # the parent's own pid (inside bubblewrap)
+        self._sock: socket.socket | None = None
+        self._ready: asyncio.Future[int] | None = None
+        self._replies: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
+        self._exits: dict[int, asyncio.Future[int | None]] = {}
+        self._next = 0
+        self._lock = asyncio.Lock()
+        self.restarts = -1
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None and self.process is not None and self.process.poll() is None
+
+    def command(self, fd: int) -> list[str]:
+        command = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
+        for name, value in PARENT_ENV.items():
+            command += ["--setenv", name, value]
+        command += [
+            "--ro-bind", str(self.rootfs), "/",
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--tmpfs", "/tmp",
+            "--tmpfs", "/run",
+            "--ro-bind", str(self.program), PROGRAM,
+            "--ro-bind", str(self.seccomp), FILTER,
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--cap-add", "ALL",
+            "--chdir", "/",
+            "--",
+            PYTHON, "-P", PROGRAM, str(fd), self.kind, FILTER, json.dumps(list(self.preloads)),
+        ]  # fmt: skip
+        return command
+
+    async def ensure(self) -> None:
+        """Start the parent if it is not running (again, if it died)."""
+        async with self._lock:
+            if self.alive:
+                return
+            await self._stop()
+            await self._start()
+
+    async def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.restarts += 1
+        try:
+            self.process = await asyncio.to_thread(self._popen, theirs.fileno())
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        loop.add_reader(ours.fileno(), self._on_message)
+        try:
+            self.pid = await asyncio.wait_for(asyncio.shield(self._ready), READY_TIMEOUT)
+        except (TimeoutError, SandboxError) as exc:
+            tail = self.log_tail()
+            await self._stop()
+            raise SandboxError(
+                f"The forkserver's {self.kind} parent did not start: {tail}"
+            ) from exc
+        log.info("forkserver: %s parent ready (pid %s)", self.kind, self.pid)
+
+    def _popen(self, fd: int) -> subprocess.Popen[bytes]:
+        with open(self.log_path, "ab") as logfile:
+            return subprocess.Popen(
+                self.command(fd),
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=logfile,
+                pass_fds=(fd,),
+                close_fds=True,
+            )
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_bytes()[-2000:].decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def _on_message(self) -> None:
+        assert self._sock is not None
+        try:
+            data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 4)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            self._gone()
+            return
+        message = json.loads(data)
+        if "ready" in message and self._ready is not None and not self._ready.done():
+            self._ready.set_result(int(message["ready"]))
+        elif "exit" in message:
+            future = self._exits.pop(int(message["exit"]), None)
+            if future is not None and not future.done():
+                future.set_result(int(message["status"]))
+        elif "id" in message:
+            reply = self._replies.pop(int(message["id"]), None)
+            if reply is not None and not reply.done():
+                reply.set_result((message, list(fds)))
+                return
+        for fd in fds:
+            os.close(fd)
+
+    def _gone(self) -> None:
+        """The parent closed its end (it died): nothing it started can be told any more."""
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        error = SandboxError(f"The forkserver's {self.kind} parent died: {self.log_tail()}")
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(error)
+            self._ready.exception()  # told to whoever awaits it; nobody else need be
+        for reply in self._replies.values():
+            if not reply.done():
+                reply.set_exception(error)
+        # its kernels live on (their pid 1 was its child): each sandbox learns of its
+        # kernel's end through its pidfd now (ForkserverSandbox._on_pidfd)
+        self._replies.clear()
+        self._exits.clear()
+
+    async def spawn(
+        self, request: dict[str, Any], fds: list[int]
+    ) -> tuple[int, list[int], asyncio.Future[int | None]]:
+        """Fork one sandboxed kernel: its pid, [working folder, socket folder], its exit."""
+        await self.ensure()
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
+        self._next += 1
+        ident = self._next
+        reply: asyncio.Future[tuple[dict[str, Any], list[int]]] = loop.create_future()
+        self._replies[ident] = reply
+        data = json.dumps({**request, "op": "spawn", "id": ident}).encode()
+        try:
+            socket.send_fds(self._sock, [data], fds)
+            message, handed = await asyncio.wait_for(asyncio.shield(reply), SPAWN_TIMEOUT)
+        except TimeoutError:
+            self._replies.pop(ident, None)
+            raise SandboxError("The forkserver did not answer in time.") from None
+        except BaseException:
+            self._replies.pop(ident, None)
+            if reply.done() and not reply.cancelled() and reply.exception() is None:
+                for fd in reply.result()[1]:
+                    os.close(fd)
+            raise
+        if "error" in message:
+            for fd in handed:
+                os.close(fd)
+            raise SandboxError(f"The forked kernel's sandbox could not be made: {message['error']}")
+        pid = int(message["pid"])
+        exited: asyncio.Future[int | None] = loop.create_future()
+        self._exits[pid] = exited
+        return pid, handed, exited
+
+    async def _stop(self) -> None:
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        process, self.process = self.process, None
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await asyncio.to_thread(process.wait)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._stop()
+            self._gone()

@@ -1,0 +1,71 @@
+"""The kernel image's root file system for the warm parents: the image's own layers (Docker's
+overlay2 folders), mounted read-only as one overlay, so that forked kernels see exactly
+the files a container of that image sees; nothing is copied."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker.errors
+
+import docker
+from gateway.sandbox.mounts import MS_NODEV, MS_NOSUID, _check, _libc
+
+MS_RDONLY = 0x1
+
+
+def _inspect(image: str) -> dict[str, object]:
+    client = docker.from_env(timeout=10)
+    try:
+        found: dict[str, object] = client.api.inspect_image(image)  # type: ignore[no-untyped-call]
+        return found
+    finally:
+        client.close()
+
+
+def image_layers(image: str) -> list[str]:
+    """The image's layer folders, topmost first (RuntimeError when there are none)."""
+    try:
+        attrs = _inspect(image)
+    except docker.errors.ImageNotFound:
+        raise RuntimeError(
+            f"the Docker engine has no image {image} (run docker/build.sh)"
+        ) from None
+    except docker.errors.DockerException as exc:
+        raise RuntimeError(
+            f"no Docker engine answers with the image {image}'s layers, which the forkserver "
+            f"backend runs kernels from ({exc.__class__.__name__})"
+        ) from None
+    driver = attrs.get("GraphDriver")
+    if not isinstance(driver, dict) or driver.get("Name") != "overlay2":
+        raise RuntimeError(
+            f"the image {image} is not stored by Docker's overlay2 driver: the forkserver "
+            "backend mounts its layers"
+        )
+    data = driver.get("Data") or {}
+    layers = [str(data["UpperDir"])] if data.get("UpperDir") else []
+    layers += [p for p in str(data.get("LowerDir") or "").split(":") if p]
+    if not layers or not all(Path(p).is_dir() for p in layers):
+        raise RuntimeError(f"the image {image}'s layers are not readable here")
+    return layers
+
+
+def probe_rootfs(image: str) -> tuple[bool, str]:
+    try:
+        image_layers(image)
+    except RuntimeError as exc:
+        return False, str(exc)
+    return True, (
+        f"root, cgroups, bubblewrap and the image {image}'s layers: kernels forked from a "
+        "warm parent, as strict as a container"
+    )
+
+
+def mount_rootfs(layers: list[str], target: Path) -> None:
+    """Mount the layers read-only, as one file system, on `target` (nosuid, nodev)."""
+    options = "lowerdir=" + ":".join(layers)
+    if len(layers) == 1:  # overlayfs wants two lower layers without an upper one
+        options += ":" + layers[0]
+    flags = MS_RDONLY | MS_NOSUID | MS_NODEV
+    result = _libc.mount(b"overlay", str(target).encode(), b"overlay", flags, options.encode())
+    _check(result, f"overlay {target}")

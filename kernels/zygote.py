@@ -1,0 +1,565 @@
+"""The forkserver's warm parent: imports a kernel once, then forks one sandboxed kernel per
+request. Runs inside the kernel image's root file system (the gateway starts it there with
+bubblewrap, as root, with every capability), never runs user code and holds no secret.
+
+    python -P /run/forkserver/zygote.py FD KIND SECCOMP_FILE PRELOADS_JSON
+
+KIND is `ipykernel` (the Python kernel, imported with our startup code and the preloads),
+`bash` (our bash kernel, imported) or `exec` (nothing imported: each child execs its
+kernel's command line, for Deno and R). Descriptor FD is a SOCK_SEQPACKET socket to the
+gateway, the only way in: each message is one JSON object, descriptors ride along.
+
+    gateway -> parent  {"op": "spawn", "id", "uid", "gid", "network", "hostname",
+                        "tmp_bytes", "work_bytes", "env", "connection", "argv"}
+                       + one descriptor per cgroup hierarchy (its `cgroup.procs`, open),
+                       and with a workspace a detached bind mount of it (`open_tree`)
+    parent -> gateway  {"id", "pid"} + [working folder, socket folder] (opened inside)
+                       or {"id", "error"}
+    parent -> gateway  {"exit": pid, "status": wait status}    when a kernel ends
+
+Each kernel is made in this order, all before it reads its first message (`_first`,
+`_init`, `_drop`, `_kernel`): join the sandbox's cgroups; unshare mount, UTS, IPC, PID,
+cgroup (and, without `network`, net) namespaces; fork (the child is pid 1 of the new PID
+namespace: its descendants die with it); make every mount private; a fresh /proc, /run,
+/tmp, /dev/shm, /dev/pts, working folder and socket folder (tmpfs, the operator's sizes);
+the hostname; the connection file; then drop to the sandbox uid/gid with no supplementary
+groups, no capability in any set (bounding, ambient, inheritable, permitted, effective),
+`no_new_privs`, and the seccomp filter the gateway compiled; fork the kernel process itself
+(pid 2; pid 1 stays behind as a reaper of orphans, like Docker's init), which closes every
+inherited descriptor, re-seeds every random generator and starts the kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import random
+import selectors
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_SECCOMP = 22
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+SYS_MOVE_MOUNT = 429  # x86_64
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+AT_FDCWD = -100
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+IFF_LOOPBACK = 0x8
+IFF_RUNNING = 0x40
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+MAX_MESSAGE = 1 << 16
+SOCKET_DIR = "/run/kernel"
+WORKDIR = "/workspace"
+GATEWAY_DIR = "/run/gateway"  # root's: the connection file, the hostname
+CONNECTION_FILE = f"{GATEWAY_DIR}/connection.json"
+KERNEL_LOG = f"{SOCKET_DIR}/kernel.log"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    result = _libc.mount(
+        source.encode(),
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    _check(result, f"mount {target}")
+
+
+def _prctl(option: int, arg: int = 0, arg3: int = 0) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(arg3), 0, 0), f"prctl {option}")
+
+
+# --- warming up ----------------------------------------------------------------------------
+
+
+def warm(kind: str, preloads: list[str]) -> None:
+    """Import the kernel, our startup code and the preloads, once, as the kernel would."""
+    if kind == "ipykernel":
+        sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]  # as launch.py
+        import importlib
+
+        from ipykernel import ipkernel, kernelapp, zmqshell  # noqa: F401
+
+        import kernels.python.launch
+        import kernels.python.startup as startup
+
+        for name in ("matplotlib_inline.backend_inline", "jupyter_client.session"):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+        with contextlib.suppress(OSError):
+            startup._seed_font_cache()
+        if preloads:
+            startup.preload(json.dumps(preloads))
+    elif kind == "bash":
+        import kernels.bash.kernel  # noqa: F401
+    gc.collect()
+    gc.freeze()  # what the parent holds is never collected in a child: no page copied for it
+
+
+# --- the parent's loop ---------------------------------------------------------------------
+
+
+def serve(control_fd: int, kind: str, bpf: bytes) -> None:
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # every kernel's pid 1 is reparented here
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # bubblewrap, and so the gateway, gone: end
+    control = socket.socket(fileno=control_fd)
+    control.set_inheritable(False)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ, "control")
+    selector.register(wake_r, selectors.EVENT_READ, "child")
+    kernels: set[int] = set()
+    _send(control, {"ready": os.getpid()})
+    while True:
+        for key, _ in selector.select():
+            if key.data == "child":
+                while True:
+                    try:
+                        os.read(wake_r, 4096)
+                    except BlockingIOError:
+                        break
+                _reap(control, kernels)
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 16)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                return  # the gateway is gone
+            try:
+                request = json.loads(data)
+                if request.get("op") == "spawn":
+                    reply, handed = spawn(request, fds, kind, bpf, control, wake_r)
+                    if "pid" in reply:
+                        kernels.add(reply["pid"])
+                    _send(control, reply, handed)
+                    for fd in handed:
+                        os.close(fd)
+                else:
+                    _send(control, {"id": request.get("id"), "error": "unknown op"})
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            _reap(control, kernels)
+
+
+def _send(control: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    socket.send_fds(control, [json.dumps(message).encode()], fds or [])
+
+
+def _reap(control: socket.socket, kernels: set[int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in kernels:
+            kernels.discard(pid)
+            _send(control, {"exit": pid, "status": status})
+
+
+def spawn(
+    request: dict[str, Any],
+    cgroup_fds: list[int],
+    kind: str,
+    bpf: bytes,
+    control: socket.socket,
+    wake_r: int,
+) -> tuple[dict[str, Any], list[int]]:
+    """Fork one sandboxed kernel; its pid (this namespace's) and its two folders."""
+    ident = request.get("id")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        first = os.fork()
+        if first == 0:
+            code = 70
+            try:
+                keep = {theirs.fileno(), *cgroup_fds}
+                _close_all_but(keep)
+                _first(request, cgroup_fds, kind, bpf, theirs)
+                code = 0
+            except BaseException:
+                _tell(theirs, {"error": traceback.format_exc(limit=4)})
+            finally:
+                os._exit(code)
+        theirs.close()
+        ours.settimeout(30)
+        os.waitpid(first, 0)
+        pid: int | None = None
+        told: dict[str, Any] = {}
+        fds: list[int] = []
+        try:
+            while pid is None or not told:  # the two messages may come in either order
+                data, got, _, _ = socket.recv_fds(ours, MAX_MESSAGE, 4)
+                if not data:
+                    told = told or {"error": "the sandbox died while it was set up"}
+                    break
+                message = json.loads(data)
+                fds += got
+                if "pid" in message:
+                    pid = int(message["pid"])
+                else:
+                    told = message
+        except (OSError, ValueError) as exc:
+            told = {"error": f"no word from the sandbox: {exc}"}
+        if "error" in told or len(fds) != 2 or pid is None:
+            for fd in fds:
+                os.close(fd)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            return {"id": ident, "error": told.get("error", "no folders")}, []
+        return {"id": ident, "pid": pid}, list(fds)
+    finally:
+        ours.close()
+
+
+def _tell(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    with contextlib.suppress(OSError):
+        socket.send_fds(sock, [json.dumps(message).encode()], fds or [])
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor above stderr but `keep` (the parent's socket to the gateway,
+    its wake-up pipe, anything an import opened)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+# --- the sandbox ---------------------------------------------------------------------------
+
+
+def _first(
+    request: dict[str, Any], cgroup_fds: list[int], kind: str, bpf: bytes, sock: socket.socket
+) -> None:
+    """The first child: joins the cgroups, unshares the namespaces, forks pid 1 of them."""
+    count = int(request.get("cgroups", len(cgroup_fds)))
+    for fd in cgroup_fds[:count]:
+        os.write(fd, b"0")
+        os.close(fd)
+    workspace = cgroup_fds[count] if len(cgroup_fds) > count else None
+    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWCGROUP
+    if not request.get("network"):
+        flags |= CLONE_NEWNET
+    _check(_libc.unshare(flags), "unshare")
+    init = os.fork()
+    if init == 0:
+        code = 70
+        try:
+            code = _init(request, kind, bpf, sock, workspace)
+        except BaseException:
+            _tell(sock, {"error": traceback.format_exc(limit=4)})
+        finally:
+            os._exit(code)
+    _tell(sock, {"pid": init})
+
+
+def _init(
+    request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket, workspace: int | None
+) -> int:
+    """Pid 1 of the sandbox: sets it up, drops every privilege, forks the kernel, then reaps
+    orphans until the kernel ends, and ends with the kernel's status."""
+    uid, gid = int(request["uid"]), int(request["gid"])
+    tmp, work = int(request["tmp_bytes"]), int(request["work_bytes"])
+    _mount("none", "/", None, MS_REC | MS_PRIVATE)
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount("proc", "/proc", "proc", hidden)
+    _mask_kernel_files()
+    _cgroup_files(request.get("cgroupfs") or {})
+    _mount("tmpfs", "/run", "tmpfs", hidden, "size=1m,nr_inodes=64,mode=0755")
+    os.mkdir(SOCKET_DIR, 0o700)
+    _mount(
+        "tmpfs", SOCKET_DIR, "tmpfs", hidden, f"size=1m,nr_inodes=64,mode=0700,uid={uid},gid={gid}"
+    )
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp},mode=1777")
+    _mount("tmpfs", "/dev/shm", "tmpfs", hidden, f"size={tmp},mode=1777")
+    _mount(
+        "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
+    )
+    if workspace is not None:  # a detached bind of the workspace (nosuid, nodev) the gateway made
+        result = _libc.syscall(
+            SYS_MOVE_MOUNT, workspace, b"", AT_FDCWD, WORKDIR.encode(), MOVE_MOUNT_F_EMPTY_PATH
+        )
+        _check(result, "move_mount /workspace")
+        os.close(workspace)
+    else:
+        ids = f"uid={uid},gid={gid}"
+        _mount("tmpfs", WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, f"size={work},mode=0755,{ids}")
+    if not request.get("network"):
+        _loopback_up()
+    name = str(request["hostname"])
+    _check(_libc.sethostname(name.encode(), len(name)), "sethostname")
+    os.mkdir(GATEWAY_DIR, 0o755)
+    _write_readonly(CONNECTION_FILE, json.dumps(request["connection"]))
+    _write_readonly(f"{GATEWAY_DIR}/hostname", name + "\n")
+    if os.path.exists("/etc/hostname"):  # the backend's top layer has it, as Docker writes it
+        _mount(f"{GATEWAY_DIR}/hostname", "/etc/hostname", None, MS_BIND)
+        _mount("none", "/etc/hostname", None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
+    log = os.open(KERNEL_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.fchown(log, uid, gid)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)  # nothing of the parent's output: its log is on the host
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    folders = [os.open(WORKDIR, flags), os.open(SOCKET_DIR, flags)]
+    _tell(sock, {"ready": True}, folders)
+    for fd in folders:
+        os.close(fd)
+    sock.close()
+    _drop(uid, gid, bpf)
+    kernel = os.fork()
+    if kernel == 0:
+        code = 70
+        try:
+            _kernel(request, kind)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(log)
+    while True:
+        pid, status = os.wait()
+        if pid == kernel:
+            if os.WIFSIGNALED(status):
+                return 128 + os.WTERMSIG(status)
+            return os.waitstatus_to_exitcode(status)
+
+
+# What Docker's runtime masks (an empty file or folder over it) and makes read-only in a
+# container's /proc and /sys; without capabilities most are closed anyway: this is parity
+MASKED = (
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+)
+READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+
+
+def _mask_kernel_files() -> None:
+    """A read-only /sys as in a container, then Docker's masks and read-only paths."""
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount("sysfs", "/sys", "sysfs", MS_RDONLY | hidden)
+    for path in MASKED:
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | hidden, "size=0,mode=0555")
+        elif os.path.exists(path):
+            _mount("/dev/null", path, None, MS_BIND)
+    for path in READ_ONLY:
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
+
+
+def _cgroup_files(spec: dict[str, Any]) -> None:
+    """/sys/fs/cgroup as in a container: the sandbox's own groups (the cgroup namespace's
+    root), read-only; `spec`: {"v2": bool, "hierarchies": ["memory", "cpu,cpuacct", ...]}."""
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    root = "/sys/fs/cgroup"
+    if not spec or not os.path.isdir(root):
+        return
+    if spec.get("v2"):
+        _mount("cgroup2", root, "cgroup2", MS_RDONLY | hidden)
+        return
+    _mount("tmpfs", root, "tmpfs", hidden, "size=64k,mode=0755")
+    for name in spec.get("hierarchies", []):
+        os.mkdir(f"{root}/{name}", 0o755)
+        _mount("cgroup", f"{root}/{name}", "cgroup", MS_RDONLY | hidden, name)
+        for controller in name.split(","):
+            if controller != name:  # co-mounted (cpu,cpuacct): each name a link, as usual
+                os.symlink(name, f"{root}/{controller}")
+    _mount("none", root, None, MS_REMOUNT | MS_RDONLY | hidden, "size=64k,mode=0755")
+
+
+def _write_readonly(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(path, 0o444)
+
+
+def _loopback_up() -> None:
+    """A new network namespace has `lo`, down: up, as a container's (kernels such as Deno's
+    talk over it)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
+        fcntl.ioctl(probe.fileno(), SIOCSIFFLAGS, request)
+
+
+def _drop(uid: int, gid: int, bpf: bytes) -> None:
+    """The sandbox user, no capability in any set, no_new_privs, the seccomp filter."""
+    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as last:
+        last_cap = int(last.read())
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(PR_SET_DUMPABLE, 0)  # pid 1's memory and /proc files stay root's (the kernel: 1)
+    count = len(bpf) // 8
+    program = (_SockFilter * count).from_buffer_copy(bpf)
+    fprog = _SockFprog(count, ctypes.cast(program, ctypes.POINTER(_SockFilter)))
+    _check(
+        _libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0),
+        "seccomp",
+    )
+
+
+def _kernel(request: dict[str, Any], kind: str) -> None:
+    """The kernel process: its own session, nothing of the parent's open, fresh randomness."""
+    os.setsid()
+    os.closerange(3, 65536)  # stdin /dev/null, stdout and stderr the kernel's log (pid 1's)
+    _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files are its own, as after an exec
+    os.umask(0o022)
+    os.chdir(WORKDIR)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+    reseed()
+    argv = [str(a) for a in request["argv"]]
+    if kind == "ipykernel":
+        from ipykernel import kernelapp
+
+        _integrate_preloaded_matplotlib()
+        sys.argv = ["ipykernel", *argv]
+        kernelapp.launch_new_instance(argv=argv)
+    elif kind == "bash":
+        from kernels.bash.__main__ import run
+
+        sys.argv = ["bash-kernel", *argv]
+        sys.exit(run(argv))
+    else:
+        os.execve(argv[0], argv, dict(os.environ))  # noqa: S606 - the kernel's own command
+
+
+def _integrate_preloaded_matplotlib() -> None:
+    """The parent imported matplotlib's inline backend before any IPython shell existed, so
+    its hooks (figures shown after each cell) were never installed: install them once the
+    kernel's shell loads our startup extension, as importing the backend in a kernel would."""
+    import kernels.python.startup as startup
+
+    loaded = startup.load_ipython_extension
+
+    def load_ipython_extension(ipython: Any) -> None:
+        loaded(ipython)
+        inline = sys.modules.get("matplotlib_inline.backend_inline")
+        enable = getattr(inline, "_enable_matplotlib_integration", None)
+        if enable is not None:
+            enable()
+
+    startup.load_ipython_extension = load_ipython_extension
+
+
+def reseed() -> None:
+    """Every random generator the parent may have seeded: a fork copies their state."""
+    random.seed(os.urandom(32))
+    numpy_random = sys.modules.get("numpy.random")  # imported later, it seeds itself then
+    if numpy_random is not None:
+        numpy_random.seed([int.from_bytes(os.urandom(4), "little") for _ in range(8)])
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile._name_sequence = None  # type: ignore[attr-defined]  # its own Random, made anew
+
+
+def main(argv: list[str]) -> None:
+    control_fd, kind, seccomp_file = int(argv[0]), argv[1], argv[2]
+    preloads = json.loads(argv[3])
+    with open(seccomp_file, "rb") as program:
+        bpf = program.read()
+    if "/opt/gateway" not in sys.path:
+        sys.path.insert(0, "/opt/gateway")
+    warm(kind, preloads)
+    serve(control_fd, kind, bpf)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,198 @@
+"""Attacks on what is particular to forked kernels (README, "What each backend isolates";
+DESIGN.md decision 23): a kernel is a fork of a warm parent that runs as root, so each test
+tries to reach what a fork could inherit or share: the kernel's system calls (the seccomp
+filter), the parent's descriptors, the parent and other sandboxes through /proc and the
+namespaces, the random state and the key of another kernel, and the parent's own life."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import start_gateway
+from tests.support import Client, GatewayThread, wait_for
+
+pytestmark = pytest.mark.attack
+
+
+@pytest.fixture(scope="module")
+def forked() -> Iterator[GatewayThread]:
+    # numpy's global generator made in the parent: each kernel must still draw its own
+    preload = ("matplotlib.pyplot", "numpy", "numpy.random", "pandas")
+    server = start_gateway("forkserver", max_concurrent_runs=4, preload=preload)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fclient(forked: GatewayThread) -> Client:
+    return forked.client()
+
+
+# Each call as the kernel's user would make it, through libc: the errno it ends with.
+SYSCALLS = r"""
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    ctypes.set_errno(0)
+    result = libc.syscall(*args)
+    return 'ok' if result >= 0 else errno.errorcode[ctypes.get_errno()]
+buf = ctypes.create_string_buffer(256)
+result = {
+    'unshare_user': call(272, 0x10000000),            # unshare(CLONE_NEWUSER)
+    'unshare_net': call(272, 0x40000000),             # unshare(CLONE_NEWNET)
+    'mount': call(165, b'none', b'/tmp', b'tmpfs', 0, 0),
+    'keyctl': call(250, 0, 0, 0, 0, 0),
+    'add_key': call(248, b'user', b'k', b'v', 1, -2),
+    'bpf': call(321, 0, buf, 64),
+    'perf_event_open': call(298, buf, 0, -1, -1, 0),
+    'userfaultfd': call(323, 0),
+    'ptrace_traceme': call(101, 0, 0, 0, 0),
+    'process_vm_readv': call(310, 1, 0, 0, 0, 0, 0),
+    'io_uring_setup': call(425, 1, buf),
+    'personality_no_aslr': call(135, 0x0040000),
+    'clone3': call(435, 0, 0),
+    'clone_newpid': call(56, 0x20000000 | 17, 0, 0, 0, 0),
+    'setns': call(308, 0, 0),
+    'chroot': call(161, b'/tmp'),
+    'kexec_load': call(246, 0, 0, 0, 0),
+    'init_module': call(175, 0, 0, b''),
+    'open_by_handle_at': call(304, 0, buf, 0),
+    'getpid': call(39),
+}
+try:
+    socket.socket(40, socket.SOCK_STREAM)            # AF_VSOCK
+    result['vsock'] = 'ok'
+except OSError as exc:
+    result['vsock'] = errno.errorcode[exc.errno]
+status = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
+result['seccomp'] = status['Seccomp'].strip()
+result['no_new_privs'] = status['NoNewPrivs'].strip()
+result['caps'] = [status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')]
+"""
+
+
+def test_the_seccomp_filter_refuses_what_dockers_default_profile_refuses(fclient: Client) -> None:
+    record = fclient.run(code=SYSCALLS)
+    assert record["status"] == "succeeded", record
+    result = record["result"]
+    assert result.pop("getpid") == "ok"
+    assert result.pop("seccomp") == "2"  # a filter is installed
+    assert result.pop("no_new_privs") == "1"
+    assert result.pop("caps") == ["0000000000000000"] * 5
+    # clone3 answers ENOSYS (as in Docker's profile, so that libc falls back to clone)
+    assert result.pop("clone3") == "ENOSYS"
+    # everything else a container without capabilities may not do: EPERM from the filter
+    assert result == dict.fromkeys(result, "EPERM"), result
+
+
+PROBE = r"""
+import os, random, socket, stat, json
+fds = {}
+for name in os.listdir('/proc/self/fd'):
+    try:
+        target = os.readlink(f'/proc/self/fd/{name}')
+    except OSError:
+        continue
+    kind = None
+    if target.startswith('socket:'):
+        s = socket.socket(fileno=os.dup(int(name)))
+        kind = [s.family, s.type]
+        s.close()
+    fds[name] = [target, kind]
+try:
+    import numpy
+    numbers = [random.random(), float(numpy.random.random())]
+except ImportError:
+    numbers = [random.random()]
+result = {
+    'fds': fds,
+    'numbers': numbers,
+    'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
+    'key': json.load(open('/run/gateway/connection.json'))['key'],
+    'hostname': socket.gethostname(),
+    'ns': {n: os.readlink(f'/proc/self/ns/{n}') for n in ('mnt', 'pid', 'net', 'ipc', 'uts', 'cgroup')},
+    'cgroup': open('/proc/self/cgroup').read().split(),
+    'run': sorted(os.listdir('/run')),
+    'mounts': sorted(line.split()[4] for line in open('/proc/self/mountinfo')),
+}
+"""
+
+
+def test_forked_kernels_share_no_descriptor_randomness_key_or_namespace(
+    forked: GatewayThread,
+) -> None:
+    client = forked.client()
+    first, second = (client.run(code=PROBE)["result"] for _ in range(2))
+    for probe in (first, second):
+        targets = [target for target, _ in probe["fds"].values()]
+        # nothing of the parent's files (its program, filter, log) and none of its sockets
+        # to the gateway or its first child (SOCK_SEQPACKET)
+        assert not [t for t in targets if "forkserver" in t or "parent-" in t], targets
+        kinds = [kind for _, kind in probe["fds"].values() if kind is not None]
+        assert [5] not in [kind[1:] for kind in kinds], probe["fds"]  # SOCK_SEQPACKET
+        # its own PID namespace: pid 1 (its reaper), the kernel, and what the kernel started
+        assert probe["pids"][:2] == [1, 2] and len(probe["pids"]) < 8, probe["pids"]
+        # its own cgroup namespace: its group is its root
+        assert all(line.endswith(":/") for line in probe["cgroup"]), probe["cgroup"]
+        # its /run: the socket folder and the gateway's (connection file), nothing else
+        assert probe["run"] == ["gateway", "kernel"], probe["run"]
+    # every generator re-seeded in the child: Python's `random`, numpy's global one
+    assert len(first["numbers"]) == 2, first["numbers"]
+    for one, other in zip(first["numbers"], second["numbers"], strict=True):
+        assert one != other, (first["numbers"], second["numbers"])
+    assert first["key"] != second["key"]  # a fresh HMAC key per kernel
+    assert first["hostname"] != second["hostname"]
+    for name, link in first["ns"].items():  # no namespace shared with the other kernel...
+        assert link != second["ns"][name], name
+        assert link != os.readlink(f"/proc/self/ns/{name}"), name  # ...nor with the host
+
+
+def test_a_kernel_sees_neither_the_parent_nor_another_sandbox(forked: GatewayThread) -> None:
+    client = forked.client()
+    body = {"code": "import time; time.sleep(60)", "background": True}
+    other = client.request("POST", "/v1/runs", body).json()["id"]
+    try:
+        running = lambda: client.request("GET", f"/v1/runs/{other}").json()["status"] == "running"  # noqa: E731
+        assert wait_for(running, timeout=60)
+        parents = forked.resident().pids
+        code = (
+            "import os, signal\n"
+            "seen = [open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()]\n"
+            "killed = []\n"
+            f"for pid in {list(parents)!r}:\n"
+            "    try:\n"
+            "        os.kill(pid, signal.SIGKILL)\n"
+            "        killed.append(pid)\n"
+            "    except OSError as exc:\n"
+            "        killed.append(exc.errno)\n"
+            "result = [seen, killed]\n"
+        )
+        seen, killed = client.run(code=code)["result"]
+        # its own two processes (pid 1, the reaper, and the kernel: forks of the parent,
+        # hence its command line), never the other run's kernel nor a parent
+        assert len(seen) == 2 and not [c for c in seen if "sleep(60)" in c], seen
+        assert all(k == 3 for k in killed), killed  # ESRCH: no such process, from inside
+        assert forked.resident().pids == parents  # the parents live on
+    finally:
+        client.request("DELETE", f"/v1/runs/{other}")
+
+
+def test_a_parent_that_dies_is_started_again(fclient: Client, forked: GatewayThread) -> None:
+    assert fclient.run(code="print(1)")["stdout"] == "1\n"
+    backend = forked.gateway.services.backend  # type: ignore[union-attr]
+    parent = backend.parents["ipykernel"]
+    old = parent.pid
+    assert old is not None
+    os.kill(old, 9)
+    # started again at once when the pools refill, else by the next run's fork
+    record = fclient.run(code="print(2)")
+    assert record["status"] == "succeeded" and record["stdout"] == "2\n", record
+    # its kernels lived on; the next fork (the pool's refill) starts a new parent
+    assert wait_for(lambda: parent.pid != old and parent.alive, timeout=60)
+    assert parent.restarts >= 1
+    assert fclient.run(code="print(3)")["stdout"] == "3\n"
