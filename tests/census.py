@@ -152,22 +152,28 @@ def _namespace_init(pid: int) -> bool:
     return False
 
 
+def forked_roots(instance: str) -> list[Path]:
+    """The roots (`/proc/<pid>/root`) of one gateway's forked kernels, pooled or not: each
+    pid 1 of a PID namespace in one of its sandboxes' cgroups (`gateway-gwfs<instance[:6]>-*`)."""
+    mark = f"/gateway-gwfs{instance[:6]}-"
+    found: list[Path] = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cgroup = Path(f"/proc/{entry.name}/cgroup").read_text()
+                if mark in cgroup and _namespace_init(int(entry.name)):
+                    found.append(Path(f"/proc/{entry.name}/root"))
+    return found
+
+
 def forked_idle() -> set[Path]:
     """The roots of live gateways' forked kernels that have run nothing."""
-    marks = tuple(f"/gateway-gwfs{(g.settings.instance_id or '')[:6]}-" for g in LIVE_GATEWAYS)
-    found: set[Path] = set()
-    if not marks:
-        return found
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            cgroup = Path(f"/proc/{entry.name}/cgroup").read_text()
-            if any(m in cgroup for m in marks) and _namespace_init(int(entry.name)):
-                root = Path(f"/proc/{entry.name}/root")
-                if never_ran_code(root):
-                    found.add(root)
-    return found
+    return {
+        root
+        for gateway in list(LIVE_GATEWAYS)
+        for root in forked_roots(gateway.settings.instance_id or "")
+        if never_ran_code(root)
+    }
 
 
 def _forked_pid(root: Path) -> int | None:

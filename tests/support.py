@@ -172,10 +172,13 @@ class GatewayThread:
 
 def wrote(server: GatewayThread, name: str) -> bool:
     """Whether code in one of `server`'s sandboxes has written `name` in its working folder,
-    seen from the host: each sandbox's folder holds that working folder as `work/` (on both
-    backends). An event a test can wait for instead of a sleep: the code has got that far."""
+    seen from the host: each sandbox's folder holds that working folder as `work/` (local and
+    Docker); a forked kernel's is `/workspace` in its root (`/proc/<pid>/root`). An event a
+    test can wait for instead of a sleep: the code has got that far."""
     instance = server.settings.instance_id or ""
-    return any((folder / "work" / name).exists() for folder in census.folders_of(instance))
+    places = [f / "work" for f in census.folders_of(instance)]
+    places += [root / "workspace" for root in census.forked_roots(instance)]
+    return any((place / name).exists() for place in places)
 
 
 def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.1) -> bool:

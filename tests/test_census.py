@@ -120,13 +120,16 @@ def test_clean_up_removes_a_leaked_cgroup_and_what_runs_in_it(
     assert census.census() == []  # the next test starts clean: one leak fails one test
 
 
-def test_a_pooled_kernel_that_ran_code_is_a_leak() -> None:
+@pytest.mark.parametrize("backend", ["local", "forkserver"])
+def test_a_pooled_kernel_that_ran_code_is_a_leak(backend: str) -> None:
     """The census tells an idle pooled sandbox from a used one by asking its kernel, never the
-    gateway: one that ran a cell (here through its own sockets) is a leak, pooled or not."""
-    server = start_gateway("local", pool_python=1, pool_bash=0, pool_deno=0, pool_r=0)
+    gateway: one that ran a cell (here through its own sockets) is a leak, pooled or not. A
+    forked kernel has no folder on the host: its root (`/proc/<pid>/root`) stands for one."""
+    server = start_gateway(backend, pool_python=1, pool_bash=0, pool_deno=0, pool_r=0)
     try:
         assert wait_for(lambda: full(server.client()), timeout=120)
-        [folder] = census.folders_of(server.settings.instance_id or "")
+        instance = server.settings.instance_id or ""
+        [folder] = census.folders_of(instance) or census.forked_roots(instance)
         assert census.census() == []  # alive on purpose
         info = census.connection_of(folder)
         assert info is not None
@@ -137,6 +140,12 @@ def test_a_pooled_kernel_that_ran_code_is_a_leak() -> None:
             client.execute_interactive("used = True", timeout=30)
         finally:
             client.stop_channels()
-        assert str(folder) in census.census()
+        found = census.census()
+        if backend == "local":
+            assert str(folder) in found, found
+        else:  # its processes and its cgroup are no longer pooled
+            pid = folder.parts[2]
+            assert any(f"pid {pid} " in line for line in found), found
+            assert any("/gateway-gwfs" in line for line in found), found
     finally:
         server.stop()
