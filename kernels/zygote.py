@@ -10,9 +10,12 @@ kernel's command line, for Deno and R). Descriptor FD is a SOCK_SEQPACKET socket
 gateway, the only way in: each message is one JSON object, descriptors ride along.
 
     gateway -> parent  {"op": "spawn", "id", "uid", "gid", "network", "hostname",
-                        "tmp_bytes", "work_bytes", "env", "connection", "argv"}
+                        "tmp_bytes", "work_bytes", "argv", "cgroups", "cgroupfs"}
                        + one descriptor per cgroup hierarchy (its `cgroup.procs`, open),
-                       and with a workspace a detached bind mount of it (`open_tree`)
+                       with a workspace a detached bind mount of it (`open_tree`), and
+                       last a memfd of what is the kernel's alone (`{"connection", "env"}`:
+                       its HMAC key): the parent passes it on unread and only the forked
+                       child reads it, so no later kernel finds it in the parent's memory
     parent -> gateway  {"id", "pid"} + [working folder, socket folder] (opened inside)
                        or {"id", "error"}
     parent -> gateway  {"exit": pid, "status": wait status}    when a kernel ends
@@ -308,7 +311,10 @@ def _first(
     for fd in cgroup_fds[:count]:
         os.write(fd, b"0")
         os.close(fd)
-    workspace = cgroup_fds[count] if len(cgroup_fds) > count else None
+    *rest, private = cgroup_fds[count:]  # [the workspace,] the kernel's own part
+    workspace = rest[0] if rest else None
+    with os.fdopen(private, "rb") as kernels_own:  # read in the child only, never the parent
+        request.update(json.loads(kernels_own.read()))
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWCGROUP
     if not request.get("network"):
         flags |= CLONE_NEWNET

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import census
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread, wait_for
 
@@ -196,3 +197,40 @@ def test_a_parent_that_dies_is_started_again(fclient: Client, forked: GatewayThr
     assert wait_for(lambda: parent.pid != old and parent.alive, timeout=60)
     assert parent.restarts >= 1
     assert fclient.run(code="print(3)")["stdout"] == "3\n"
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether a process's readable memory holds `needle` (read as root from the host)."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                if needle in mem.read(end - start):
+                    return True
+            except (OSError, OverflowError, ValueError):
+                continue
+    return False
+
+
+def test_a_kernels_key_never_enters_the_warm_parents_memory() -> None:
+    """What a warm parent's memory holds, every later fork copies (another tenant's kernel
+    can read its own memory): a kernel's HMAC key must never pass through it, even freed."""
+    server = start_gateway("forkserver", pool_python=0, pool_bash=0, pool_deno=0, pool_r=0)
+    try:
+        read = "import json; print(json.load(open('/run/gateway/connection.json'))['key'])"
+        record = server.client().run(code=read)
+        key = record["stdout"].strip().encode()
+        assert record["status"] == "succeeded" and len(key) >= 16, record
+        parents = [
+            p.pid
+            for p in census.descendants(os.getpid())
+            if "zygote.py" in p.command and p.state != "Z"
+        ]
+        assert parents, "no warm parent found"
+        assert not [pid for pid in parents if _memory_holds(pid, key)]
+    finally:
+        server.stop()

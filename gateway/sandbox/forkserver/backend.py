@@ -260,9 +260,6 @@ class ForkserverSandbox(Sandbox):
 
     def _request(self) -> dict[str, Any]:
         limits = self.spec.limits
-        env = kernel_env("/tmp", {}, IMAGE_PATH)
-        env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
-        env.update(self.spec.env)
         argv = kernel_argv(self.spec.language, IMAGE_PYTHON, CONNECTION_FILE)
         if self.kind in IMPORTED:
             argv = argv[4:]  # `python -P -m MODULE`: the parent has imported it
@@ -273,10 +270,25 @@ class ForkserverSandbox(Sandbox):
             "hostname": secrets.token_hex(6),
             "tmp_bytes": limits.tmp_bytes,
             "work_bytes": limits.workdir_bytes,
-            "env": env,
-            "connection": connection_info("/run/kernel/s", self.key),
             "argv": argv,
         }
+
+    def _private(self) -> int:
+        """A memfd holding what is this kernel's alone (its connection with the HMAC key,
+        its environment), handed to the parent as a descriptor it passes on unread: read
+        only by the forked child, so no later kernel finds it in the parent's memory."""
+        env = kernel_env("/tmp", {}, IMAGE_PATH)
+        env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
+        env.update(self.spec.env)
+        private = {"connection": connection_info("/run/kernel/s", self.key), "env": env}
+        fd = os.memfd_create("kernel-private", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, json.dumps(private).encode())
+            os.lseek(fd, 0, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     async def start(self) -> dict[str, Any]:
         assert self.group is not None
@@ -286,6 +298,7 @@ class ForkserverSandbox(Sandbox):
         try:
             if self.workspace_fd is not None:
                 fds.append(clone_tree(self.workspace_fd))  # two system calls
+            fds.append(self._private())  # always the last
             # A start cancelled after the request went out still gets its answer: the kernel
             # it forked is then known, and killed with the sandbox (not left running)
             spawning = asyncio.ensure_future(parent.spawn(request, fds))
