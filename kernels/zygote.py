@@ -17,6 +17,7 @@ gateway, the only way in: each message is one JSON object, descriptors ride alon
                        its HMAC key): the parent passes it on unread and only the forked
                        child reads it, so no later kernel finds it in the parent's memory
     parent -> gateway  {"id", "pid"} + [working folder, socket folder] (opened inside)
+                       + the kernel's pid 1 as a pidfd
                        or {"id", "error"}
     parent -> gateway  {"exit": pid, "status": wait status}    when a kernel ends
 
@@ -278,7 +279,9 @@ def spawn(
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             return {"id": ident, "error": told.get("error", "no folders")}, []
-        return {"id": ident, "pid": pid}, list(fds)
+        # its pidfd, opened before the answer: this process reaps the kernel's pid 1, so the
+        # pid still names it, and the gateway never signals a number that may be reused
+        return {"id": ident, "pid": pid}, [*fds, os.pidfd_open(pid)]
     finally:
         ours.close()
 

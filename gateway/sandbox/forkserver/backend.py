@@ -307,7 +307,7 @@ class ForkserverSandbox(Sandbox):
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
                     self.pid, folders, self.exited = await spawning
-                    self.work_fd, self.sock_fd = folders
+                    self.work_fd, self.sock_fd, self.pidfd = folders
                 raise
         except OSError as exc:
             raise SandboxError(
@@ -317,10 +317,10 @@ class ForkserverSandbox(Sandbox):
             for fd in fds:
                 os.close(fd)
         self.pid, self.exited = pid, exited
-        self.work_fd, self.sock_fd = folders
-        with contextlib.suppress(ProcessLookupError):
-            self.pidfd = os.pidfd_open(pid)
-            asyncio.get_running_loop().add_reader(self.pidfd, self._on_pidfd)
+        # the pidfd the parent opened before it answered (it reaps its kernels' pid 1, so
+        # that pid was not reused meanwhile): a kill through it never reaches another process
+        self.work_fd, self.sock_fd, self.pidfd = folders
+        asyncio.get_running_loop().add_reader(self.pidfd, self._on_pidfd)
         sockets = f"/proc/self/fd/{self.sock_fd}"
         try:
             await secure_sockets(

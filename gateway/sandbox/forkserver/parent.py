@@ -70,6 +70,9 @@ class Parent:
         self._ready: asyncio.Future[int] | None = None
         self._replies: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
         self._exits: dict[int, asyncio.Future[int | None]] = {}
+        # an end told before `spawn` has taken its kernel's reply (the two messages may be
+        # read in one go): kept until then
+        self._early: dict[int, int] = {}
         self._next = 0
         self._lock = asyncio.Lock()
         self.restarts = -1
@@ -162,7 +165,9 @@ class Parent:
             self._ready.set_result(int(message["ready"]))
         elif "exit" in message:
             future = self._exits.pop(int(message["exit"]), None)
-            if future is not None and not future.done():
+            if future is None:
+                self._early[int(message["exit"])] = int(message["status"])
+            elif not future.done():
                 future.set_result(int(message["status"]))
         elif "id" in message:
             reply = self._replies.pop(int(message["id"]), None)
@@ -189,6 +194,7 @@ class Parent:
         # kernel's end through its pidfd now (ForkserverSandbox._on_pidfd)
         self._replies.clear()
         self._exits.clear()
+        self._early.clear()
 
     async def spawn(
         self, request: dict[str, Any], fds: list[int]
@@ -218,9 +224,16 @@ class Parent:
             for fd in handed:
                 os.close(fd)
             raise SandboxError(f"The forked kernel's sandbox could not be made: {message['error']}")
+        if len(handed) != 3:  # working folder, socket folder, pidfd
+            for fd in handed:
+                os.close(fd)
+            raise SandboxError("The forkserver answered without the kernel's descriptors.")
         pid = int(message["pid"])
         exited: asyncio.Future[int | None] = loop.create_future()
-        self._exits[pid] = exited
+        if pid in self._early:
+            exited.set_result(self._early.pop(pid))
+        else:
+            self._exits[pid] = exited
         return pid, handed, exited
 
     async def _stop(self) -> None:
