@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need and run them: the venv, and (as root) a Docker engine
-# and the kernel image, so that the behavioural suite runs on both backends, and Debian's
+# and the kernel image, so that the behavioural suite runs on every backend (local, Docker,
+# and forkserver, which forks its kernels in that image's files), and Debian's
 # PostgreSQL server, for the store and replica tests (they start clusters of their own).
 # Extra arguments go to pytest.
 set -euo pipefail
