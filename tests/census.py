@@ -72,7 +72,7 @@ class CensusError(RuntimeError):
 # The execution count a kernel that has run nothing answers with: IRkernel's names the
 # number of the next cell, the others (ipykernel, our bash and Deno kernels) the last one's.
 FRESH_COUNT = {"R": 1}
-PROBE_TIMEOUT = 10.0
+PROBE_TIMEOUT = 30.0  # a pooled kernel on a loaded machine may take seconds to answer
 
 
 def connection_of(folder: Path) -> dict[str, Any] | None:
