@@ -14,6 +14,12 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gateway.models.record import Usage
+
+if TYPE_CHECKING:
+    from gateway.sandbox.base import LimitEvent
 
 ROOT = Path("/sys/fs/cgroup")
 
@@ -182,6 +188,23 @@ class Cgroup:
     def pids_limit_hit(self) -> bool:
         path = self.dirs["unified" if self.v2 else "pids"] / "pids.events"
         return _counter(_read(path), "max") > 0
+
+    def usage(self) -> Usage:
+        """The group's CPU time and peak memory so far, as a run reports them."""
+        cpu_ns = self.cpu_ns()
+        return Usage(
+            cpu_ms=None if cpu_ns is None else cpu_ns // 1_000_000,
+            peak_memory_bytes=self.peak_memory(),
+        )
+
+    def limit_events(self) -> frozenset[LimitEvent]:
+        """Which of its limits the group has hit: memory (an OOM kill), pids."""
+        events: set[LimitEvent] = set()
+        if self.oom_killed():
+            events.add("memory")
+        if self.pids_limit_hit():
+            events.add("pids")
+        return frozenset(events)
 
     def kill_all(self, timeout: float = 5.0) -> None:
         """SIGKILL every process in the group until it is empty (forks included)."""

@@ -602,12 +602,10 @@ class LocalSandbox(Sandbox):
     # --- what happened ------------------------------------------------------------------
 
     async def usage(self) -> Usage:
-        usage = Usage()
         if self.group is not None:
-            cpu_ns = self.group.cpu_ns()
-            usage.cpu_ms = None if cpu_ns is None else cpu_ns // 1_000_000
-            usage.peak_memory_bytes = self.group.peak_memory()
-        elif self.exited is not None and self.exited.done():
+            return self.group.usage()
+        usage = Usage()
+        if self.exited is not None and self.exited.done():
             _, rusage = self.exited.result()
             if rusage is not None:
                 usage.cpu_ms = int((rusage.ru_utime + rusage.ru_stime) * 1000)
@@ -625,14 +623,7 @@ class LocalSandbox(Sandbox):
         )
 
     async def limit_events(self) -> frozenset[LimitEvent]:
-        if self.group is None:
-            return frozenset()
-        events: set[LimitEvent] = set()
-        if self.group.oom_killed():
-            events.add("memory")
-        if self.group.pids_limit_hit():
-            events.add("pids")
-        return frozenset(events)
+        return frozenset() if self.group is None else self.group.limit_events()
 
     async def destroy(self) -> None:
         try:

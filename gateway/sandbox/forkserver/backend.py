@@ -409,12 +409,7 @@ class ForkserverSandbox(Sandbox):
     # --- what happened ------------------------------------------------------------------
 
     async def usage(self) -> Usage:
-        usage = Usage()
-        if self.group is not None:
-            cpu_ns = self.group.cpu_ns()
-            usage.cpu_ms = None if cpu_ns is None else cpu_ns // 1_000_000
-            usage.peak_memory_bytes = self.group.peak_memory()
-        return usage
+        return Usage() if self.group is None else self.group.usage()
 
     async def death(self) -> Death | None:
         if self.exited is None or not self.exited.done() or self._killed:
@@ -425,14 +420,7 @@ class ForkserverSandbox(Sandbox):
         return Death(exit_code=code, oom_killed=oom, detail=self._log_tail())
 
     async def limit_events(self) -> frozenset[LimitEvent]:
-        if self.group is None:
-            return frozenset()
-        events: set[LimitEvent] = set()
-        if self.group.oom_killed():
-            events.add("memory")
-        if self.group.pids_limit_hit():
-            events.add("pids")
-        return frozenset(events)
+        return frozenset() if self.group is None else self.group.limit_events()
 
     async def destroy(self) -> None:
         try:
