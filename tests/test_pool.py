@@ -12,6 +12,7 @@ import pytest
 
 from gateway.execution.pool import overcommitted, total_memory
 from gateway.settings import GiB, Settings
+from tests import census
 from tests.api import full, pools, take
 from tests.conftest import start_gateway
 from tests.support import GatewayThread, wait_for
@@ -125,6 +126,40 @@ def test_the_pool_survives_kernels_that_die_while_they_wait(pooled: GatewayThrea
     assert wait_for(lambda: all(s not in backend.pools["ipykernel"].ready for s in idle), 30)
     assert wait_for(lambda: full(client), timeout=120), pools(client)
     assert take(client, "print('alive')")["stdout"] == "alive\n"
+
+
+def _pooled_connections(server: GatewayThread) -> list[dict[str, Any]]:
+    """The connection info of the gateway's pooled kernels, found from the outside."""
+    instance = server.settings.instance_id or ""
+    places = census.folders_of(instance) + census.forked_roots(instance)
+    return [info for info in map(census.connection_of, places) if info is not None]
+
+
+def test_a_pooled_kernel_spoken_to_while_it_waits_still_answers_and_serves_a_run(
+    pooled: GatewayThread,
+) -> None:
+    # Every request makes a kernel publish its status on iopub (busy, idle), and our kernels
+    # wait for their reader rather than drop (XPUB_NODROP): unread, a waiting kernel would
+    # stop answering once 1,000 messages queue. 600 requests to each: 1,200 messages.
+    from jupyter_client import BlockingKernelClient
+
+    sizes = {kind: pool["size"] for kind, pool in pools(pooled.client()).items()}
+    connections = _pooled_connections(pooled)
+    assert len(connections) == sum(sizes.values()) >= 3, (sizes, connections)
+    for info in connections:
+        kernel = BlockingKernelClient()
+        kernel.load_connection_info(info)
+        kernel.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        try:
+            for _ in range(600):
+                msg_id = kernel.kernel_info()
+                while kernel.get_shell_msg(timeout=10)["parent_header"].get("msg_id") != msg_id:
+                    pass
+        finally:
+            kernel.stop_channels()
+    client = pooled.client()
+    assert take(client, "print('alive')")["stdout"] == "alive\n"
+    assert take(client, "echo alive", language="bash")["stdout"] == "alive\n"
 
 
 def test_pools_of_size_zero_start_every_kernel_for_its_run(backend_name: str) -> None:

@@ -221,6 +221,17 @@ class KernelClient:
         """The next iopub message; raises TimeoutError, or OverLimit past the ceiling."""
         return await self._receive("iopub", timeout)
 
+    async def discard_iopub(self) -> None:
+        """Read and drop iopub messages until cancelled (for a kernel that waits in a pool).
+
+        Our kernels' iopub sockets wait for a slow reader instead of dropping output
+        (XPUB_NODROP, kernels/python/streams.py): unread, a waiting kernel would stop answering
+        after 1,000 messages. Cancelling is safe at any point: a receive under way is left
+        for the next reader, at worst one message of the wait is lost."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await self._receive("iopub", timeout=3600)
+
     async def shell(self, timeout: float) -> dict[str, Any]:
         """The next shell reply; raises TimeoutError, or OverLimit past the ceiling."""
         return await self._receive("shell", timeout)

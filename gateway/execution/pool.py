@@ -13,8 +13,10 @@ never starves running kernels of CPU; no refill starts while the machine's avail
 memory is under `pool_min_free_bytes`, and idle kernels are destroyed until it is above
 again (runs then start cold: slower, never failed; DESIGN.md decision 14 says why tenants
 may cause that, and the start warns where the settings let them). A pooled kernel that
-dies while idle is replaced. `close()` destroys them all;
-after a crash they are reaped like any sandbox of this instance.
+dies while idle is replaced; what it publishes while it waits is read and dropped (our
+kernels wait for a slow reader rather than drop output, so unread it would stop
+answering). `close()` destroys them all; after a crash they are reaped like any sandbox of
+this instance.
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ class Pools:
         self.closing = False
         self._wake = asyncio.Event()
         self._refiller: asyncio.Task[None] | None = None
-        self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._watchers: dict[int, tuple[asyncio.Future[None], ...]] = {}
         self._closing_tasks: set[asyncio.Task[None]] = set()
         self._memory_short = False
         self._wake_timer: asyncio.TimerHandle | None = None
@@ -219,8 +221,9 @@ class Pools:
             self._refiller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refiller
-        for task in list(self._watchers.values()):
-            task.cancel()
+        for tasks in list(self._watchers.values()):
+            for task in tasks:
+                task.cancel()
         idle = [s for pool in self.pools.values() for s in pool.ready]
         for pool in self.pools.values():
             pool.ready.clear()
@@ -295,7 +298,8 @@ class Pools:
                     return
 
     def watch(self, pool: KernelPool, session: KernelSession) -> None:
-        """Replace a pooled kernel that dies while it waits."""
+        """Replace a pooled kernel that dies while it waits; read (and drop) what it
+        publishes meanwhile, so that it never blocks on its output (`discard_iopub`)."""
 
         async def watch() -> None:
             await session.sandbox.wait_exit()
@@ -305,11 +309,13 @@ class Pools:
                 self.discard(session)
                 self.wake()
 
-        self._watchers[id(session)] = asyncio.create_task(watch())
+        drain = asyncio.ensure_future(session.client.discard_iopub())
+        self._watchers[id(session)] = (asyncio.create_task(watch()), drain)
 
     def _unwatch(self, session: KernelSession) -> None:
-        task = self._watchers.pop(id(session), None)
-        if task is not None:
+        # Cancelled here, before the taker reads: a cancelled drain never takes another
+        # message (a receive under way stays the client's, for the run).
+        for task in self._watchers.pop(id(session), ()):
             task.cancel()
 
     def discard(self, session: KernelSession) -> None:
