@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from email.message import Message
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import psutil
 
@@ -168,6 +168,22 @@ class GatewayThread:
             self.thread.join(30)
             self.loop.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+StoppableT = TypeVar("StoppableT", bound=Stoppable)
+
+
+def serving(server: StoppableT) -> Iterator[StoppableT]:
+    """A fixture's `yield from serving(started)`: hand the started gateway (or server) to
+    the tests, and stop it after them, however they ended."""
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def wrote(server: GatewayThread, name: str) -> bool:

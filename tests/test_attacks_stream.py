@@ -14,7 +14,7 @@ import pytest
 
 from gateway.handlers.stream import StreamHandler
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import GatewayThread, wait_for
+from tests.support import GatewayThread, serving, wait_for
 from tests.ws_client import RawStream, handshake, open_stream, receive
 
 pytestmark = pytest.mark.attack
@@ -45,10 +45,7 @@ def greedy(
         max_runs_per_user=8,
         max_queued_runs=16,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def streams_of(server: GatewayThread) -> list[StreamHandler]:

@@ -53,7 +53,7 @@ from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.postgres import Server
 from tests.stream_client import connect
-from tests.support import GatewayThread, free_port, wait_for
+from tests.support import GatewayThread, free_port, serving, wait_for
 
 T = TypeVar("T")
 
@@ -362,10 +362,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]
         max_streams_per_user=2,
         max_code_bytes=MAX_CODE_BYTES,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def no_streams_open(server: GatewayThread) -> bool:

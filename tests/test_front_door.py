@@ -18,7 +18,7 @@ import pytest
 from tests.api import assert_error, write_tokens
 from tests.conftest import start_gateway
 from tests.raw_socket import connect
-from tests.support import Client, GatewayThread, Response, wait_for
+from tests.support import Client, GatewayThread, Response, serving, wait_for
 
 ANN, BOB = "ann-token-0123456789abcdef", "bob-token-0123456789abcdef"
 KiB = 1024
@@ -36,10 +36,7 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
         max_body_bytes_in_flight=4 * 1024 * KiB,
         max_body_bytes_in_flight_per_user=1024 * KiB,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def read_answer(sock: socket.socket) -> Response:
@@ -230,10 +227,7 @@ def slow_readers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayTh
     server = start_gateway(
         "local", tokens=tokens, max_answer_bytes_in_flight_per_user=1024 * KiB, write_timeout=3
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def test_an_answer_that_finds_no_room_in_time_is_503_with_retry_after(

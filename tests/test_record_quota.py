@@ -17,7 +17,7 @@ from gateway.models.record import RunRecord
 from gateway.store.base import RecordQuota
 from gateway.store.sqlite import SQLiteStore
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
@@ -40,10 +40,7 @@ def quota_gateway(
         max_records_per_user=3,
         max_record_store_bytes_per_user=400_000,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def client_of(server: GatewayThread, user: str) -> Client:

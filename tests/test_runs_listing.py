@@ -16,7 +16,7 @@ import pytest
 from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.openapi_support import assert_error_answer, assert_valid
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
@@ -29,11 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
         tmp_path_factory.mktemp("tokens"),
         {ALICE: ("alice", "user"), BOB: ("bob", "user"), ROOT: ("root", "admin")},
     )
-    gateway = start_gateway("local", tokens=tokens)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+    yield from serving(start_gateway("local", tokens=tokens))
 
 
 @pytest.fixture(scope="module")

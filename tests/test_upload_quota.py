@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
@@ -37,10 +37,7 @@ def uploads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]
         max_uploads_per_user=COUNT,
         max_upload_store_bytes_per_user=BYTES,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def client_of(server: GatewayThread, user: str) -> Client:

@@ -26,7 +26,7 @@ import pytest
 
 from tests.api import assert_error, poll_run, write_tokens
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import Client, GatewayThread, Response, wait_for
+from tests.support import Client, GatewayThread, Response, serving, wait_for
 
 GB = 10**9
 MiB = 1024 * 1024
@@ -218,11 +218,7 @@ def measured() -> Iterator[Cost]:
 @pytest.fixture(scope="module")
 def roomy() -> Iterator[GatewayThread]:
     """Uploads enabled with the default limits (local backend: no kernel is started)."""
-    server = start_gateway("local", allow_uploads=True)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway("local", allow_uploads=True))
 
 
 @pytest.fixture(scope="module")
@@ -236,20 +232,13 @@ def strict() -> Iterator[GatewayThread]:
         max_archive_entries=10,
         max_archive_file_bytes=4096,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def runner(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
     """Uploads enabled, on each backend, for runs that use an archive."""
-    server = start_gateway(str(request.param), allow_uploads=True)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway(str(request.param), allow_uploads=True))
 
 
 # --- uploading -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from tests.conftest import start_gateway
 from tests.support import (
     Client,
     GatewayThread,
+    serving,
     wait_for,
 )
 
@@ -35,10 +36,7 @@ def multi(backend_name: str, tmp_path: Path) -> Iterator[GatewayThread]:
         max_runs_per_user=1,
         max_concurrent_runs=2,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def test_every_endpoint_but_health_needs_a_token(multi: GatewayThread) -> None:
