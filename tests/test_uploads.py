@@ -107,42 +107,12 @@ def craft_zip(name: str, payload: bytes, claimed_size: int, compressed: bool = T
     size32 = 0xFFFFFFFF if zip64 else claimed_size
     method = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
     version = 45 if zip64 else 20
-    local = struct.pack(
-        "<4s2B4HL2L2H",
-        b"PK\x03\x04",
-        version,
-        0,
-        0,
-        method,
-        0,
-        0x21,
-        0,
-        len(payload),
-        size32,
-        len(raw_name),
-        len(extra),
-    )
+    # flags, method, time, date, CRC, sizes (stored, claimed), lengths of name and extra:
+    # the same in the entry's local header and in the central directory
+    entry = (0, method, 0, 0x21, 0, len(payload), size32, len(raw_name), len(extra))
+    local = struct.pack("<4s2B4HL2L2H", b"PK\x03\x04", version, 0, *entry)
     central = struct.pack(
-        "<4s4B4HL2L5H2L",
-        b"PK\x01\x02",
-        version,
-        3,
-        version,
-        0,
-        0,
-        method,
-        0,
-        0x21,
-        0,
-        len(payload),
-        size32,
-        len(raw_name),
-        len(extra),
-        0,
-        0,
-        0,
-        0o100644 << 16,
-        0,
+        "<4s4B4HL2L5H2L", b"PK\x01\x02", version, 3, version, 0, *entry, 0, 0, 0, 0o100644 << 16, 0
     )
     body = local + raw_name + extra + payload
     directory = central + raw_name + extra
