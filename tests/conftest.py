@@ -14,7 +14,6 @@ import pytest
 
 from gateway.extras import missing
 from tests import census, needs
-from tests.api import write_tokens
 from tests.openapi_support import FUZZ_TOKEN
 from tests.postgres import Server
 from tests.support import DOCKER_IMAGE, Client, GatewayThread, serving, wait_for
@@ -137,13 +136,12 @@ def local_client(local_gateway: GatewayThread) -> Client:
 
 
 @pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+def fuzz_gateway() -> Iterator[GatewayThread]:
     """Local backend, a user token (FUZZ_TOKEN), uploads on, every run at most 3 s: for the
     OpenAPI answers and the fuzz run."""
-    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {FUZZ_TOKEN: ("fuzzer", "user")})
     server = start_gateway(
         "local",
-        tokens=tokens,
+        users={FUZZ_TOKEN: ("fuzzer", "user")},
         allow_uploads=True,
         default_timeout=2.0,
         max_timeout=3.0,

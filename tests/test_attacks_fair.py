@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests import api
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, serving, wait_for
+from tests.support import Client, GatewayThread, serving, wait_for, write_tokens
 
 pytestmark = pytest.mark.attack
 

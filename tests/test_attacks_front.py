@@ -28,9 +28,8 @@ import tornado.web
 
 from gateway.app import routes
 from tests import raw_socket
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayProcess, GatewayThread, serving, watching
+from tests.support import Client, GatewayProcess, GatewayThread, serving, watching, write_tokens
 from tests.test_openapi import route_template
 
 pytestmark = pytest.mark.attack

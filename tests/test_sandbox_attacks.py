@@ -20,9 +20,9 @@ import pytest
 import docker
 from gateway.sandbox import cgroup, local
 from gateway.settings import SANDBOX_ID
-from tests.api import assert_error, poll_run, write_tokens
+from tests.api import assert_error, poll_run
 from tests.conftest import require_backend, start_gateway
-from tests.support import Client, GatewayThread, serving, wait_for
+from tests.support import Client, GatewayThread, serving, wait_for, write_tokens
 
 pytestmark = pytest.mark.attack
 

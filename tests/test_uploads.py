@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.api import assert_error, poll_run, write_tokens
+from tests.api import assert_error, poll_run
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import Client, GatewayThread, Response, serving, wait_for
+from tests.support import Client, GatewayThread, Response, serving, wait_for, write_tokens
 
 GB = 10**9
 MiB = 1024 * 1024

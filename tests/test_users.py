@@ -9,13 +9,13 @@ import pytest
 
 from gateway.server import Gateway
 from gateway.settings import load
-from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.support import (
     Client,
     GatewayThread,
     serving,
     wait_for,
+    write_tokens,
 )
 
 ANN, BOB, ROOT = "ann-token-0123456789", "bob-token-0123456789", "admin-token-0123456789"
