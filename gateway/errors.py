@@ -42,6 +42,18 @@ class GatewayError(Exception):
     status = 500
     code = "internal"
 
+    def __init_subclass__(
+        cls, *, status: int | None = None, code: str | None = None, **kwargs: Any
+    ) -> None:
+        """A subclass says its HTTP status and error code in its bases, e.g.
+        `class NotFound(GatewayError, status=404, code="not_found")`; it inherits what it
+        does not say."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if code is not None:
+            cls.code = code
+
     def __init__(
         self,
         message: str,
@@ -67,70 +79,44 @@ class GatewayError(Exception):
         return {"error": body}
 
 
-class InvalidRequest(GatewayError):
-    status = 400
-    code = "invalid_request"
+class InvalidRequest(GatewayError, status=400, code="invalid_request"): ...
 
 
-class UnsupportedLanguage(InvalidRequest):
-    code = "unsupported_language"
+class UnsupportedLanguage(InvalidRequest, code="unsupported_language"): ...
 
 
-class InvalidPath(InvalidRequest):
-    code = "invalid_path"
+class InvalidPath(InvalidRequest, code="invalid_path"): ...
 
 
-class ConflictingFields(InvalidRequest):
-    code = "conflicting_fields"
+class ConflictingFields(InvalidRequest, code="conflicting_fields"): ...
 
 
-class Unauthorized(GatewayError):
-    status = 401
-    code = "unauthorized"
+class Unauthorized(GatewayError, status=401, code="unauthorized"): ...
 
 
-class Forbidden(GatewayError):
-    status = 403
-    code = "forbidden"
+class Forbidden(GatewayError, status=403, code="forbidden"): ...
 
 
-class NotFound(GatewayError):
-    status = 404
-    code = "not_found"
+class NotFound(GatewayError, status=404, code="not_found"): ...
 
 
-class PayloadTooLarge(GatewayError):
-    status = 413
-    code = "payload_too_large"
+class PayloadTooLarge(GatewayError, status=413, code="payload_too_large"): ...
 
 
-class UnsupportedMediaType(GatewayError):
-    status = 415
-    code = "unsupported_media_type"
+class UnsupportedMediaType(GatewayError, status=415, code="unsupported_media_type"): ...
 
 
-class CapacityExceeded(GatewayError):
-    status = 429
-    code = "capacity"
+class CapacityExceeded(GatewayError, status=429, code="capacity"): ...
 
 
-class Overloaded(GatewayError):
+class Overloaded(GatewayError, status=503, code="capacity"):
     """The gateway has no room now for what this request needs held (its body, its answer):
     not the caller's fault; the client may try again after `Retry-After`."""
 
-    status = 503
-    code = "capacity"
 
-
-class SandboxError(GatewayError):
+class SandboxError(GatewayError, status=503, code="sandbox_unavailable"):
     """A sandbox or kernel could not be started or talked to (not the user's fault)."""
 
-    status = 503
-    code = "sandbox_unavailable"
 
-
-class StoreUnavailable(GatewayError):
+class StoreUnavailable(GatewayError, status=503, code="store_unavailable"):
     """The record store (PostgreSQL) cannot be reached now; the client may try again."""
-
-    status = 503
-    code = "store_unavailable"

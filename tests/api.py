@@ -3,10 +3,8 @@ background run, and runs that take a pooled kernel on purpose."""
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from tests.support import Client, Response, wait_for
@@ -40,15 +38,6 @@ def assert_error(
     return error
 
 
-def write_tokens(folder: Path, users: Mapping[str, tuple[str, str]]) -> Path:
-    """A token file `{token: {"user", "role"}}` in `folder`, from `{token: (user, role)}`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "tokens.json"
-    table = {token: {"user": user, "role": role} for token, (user, role) in users.items()}
-    path.write_text(json.dumps(table))
-    return path
-
-
 def poll_run(
     client: Client,
     run_id: str,
@@ -67,25 +56,29 @@ def poll_run(
         time.sleep(0.1)
 
 
+def notebook_json(*cells: dict[str, Any], metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An nbformat 4.5 notebook (as JSON) of these cells."""
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": metadata or {}, "cells": list(cells)}
+
+
+def code_cell_json(cell_id: str, source: str, tags: list[str] | None = None) -> dict[str, Any]:
+    """A code cell (as JSON), never run."""
+    return {
+        "cell_type": "code",
+        "id": cell_id,
+        "metadata": {"tags": tags} if tags else {},
+        "source": source,
+        "outputs": [],
+        "execution_count": None,
+    }
+
+
 def code_notebook(*cells: tuple[str, list[str]]) -> dict[str, Any]:
     """An nbformat 4.5 notebook (as JSON) of code cells `c0`, `c1`, ... given as
     (source, tags), never run."""
-    return {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": f"c{i}",
-                "metadata": {"tags": tags} if tags else {},
-                "source": source,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for i, (source, tags) in enumerate(cells)
-        ],
-    }
+    return notebook_json(
+        *(code_cell_json(f"c{i}", source, tags) for i, (source, tags) in enumerate(cells))
+    )
 
 
 def truncation_marker(dropped: int) -> str:

@@ -14,10 +14,9 @@ import pytest
 
 from gateway.extras import missing
 from tests import census, needs
-from tests.api import write_tokens
 from tests.openapi_support import FUZZ_TOKEN
 from tests.postgres import Server
-from tests.support import DOCKER_IMAGE, Client, GatewayThread, wait_for
+from tests.support import DOCKER_IMAGE, Client, GatewayThread, serving, wait_for
 
 # GATEWAY_TEST_BACKENDS (comma-separated) narrows them, e.g. to run one file on forkserver
 BACKENDS = tuple(
@@ -105,11 +104,7 @@ def shared_gateways(request: pytest.FixtureRequest) -> Iterator[SharedGateways]:
     if os.environ.get("GATEWAY_TEST_STORE", "sqlite") == "postgres":
         # asked for here, so that the server outlives the gateways that use it
         postgres = request.getfixturevalue("postgres_server")
-    gateways = SharedGateways(postgres)
-    try:
-        yield gateways
-    finally:
-        gateways.stop()
+    yield from serving(SharedGateways(postgres))
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -141,33 +136,25 @@ def local_client(local_gateway: GatewayThread) -> Client:
 
 
 @pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+def fuzz_gateway() -> Iterator[GatewayThread]:
     """Local backend, a user token (FUZZ_TOKEN), uploads on, every run at most 3 s: for the
     OpenAPI answers and the fuzz run."""
-    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {FUZZ_TOKEN: ("fuzzer", "user")})
     server = start_gateway(
         "local",
-        tokens=tokens,
+        users={FUZZ_TOKEN: ("fuzzer", "user")},
         allow_uploads=True,
         default_timeout=2.0,
         max_timeout=3.0,
         max_runs_per_user=3,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 @pytest.fixture(scope="module")
 def page_gateway() -> Iterator[GatewayThread]:
     """A local gateway of the module's own (default settings), for the tests that drive the
     page in a browser: what they leave running never reaches the shared gateways."""
-    server = GatewayThread(backend="local").start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(GatewayThread(backend="local").start())
 
 
 @pytest.fixture(scope="module")
@@ -229,11 +216,7 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Server]:
     """The session's PostgreSQL (tests/postgres.py), started on first use."""
-    server = Server()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(Server())
 
 
 @pytest.fixture

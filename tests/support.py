@@ -18,10 +18,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from email.message import Message
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import psutil
 
@@ -93,11 +93,25 @@ class Client:
         return record
 
 
+def write_tokens(folder: Path, users: Mapping[str, tuple[str, str]]) -> Path:
+    """A token file `{token: {"user", "role"}}` in `folder`, from `{token: (user, role)}`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tokens.json"
+    table = {token: {"user": user, "role": role} for token, (user, role) in users.items()}
+    path.write_text(json.dumps(table))
+    return path
+
+
 class GatewayThread:
     """A real `Gateway` serving on 127.0.0.1:<free port> from its own event loop thread."""
 
-    def __init__(self, **overrides: Any) -> None:
+    def __init__(
+        self, users: Mapping[str, tuple[str, str]] | None = None, **overrides: Any
+    ) -> None:
+        """`overrides` are settings; `users` ({token: (user, role)}) become its token file."""
         self.tmp = Path(tempfile.mkdtemp(prefix="gwtest-"))
+        if users is not None:
+            overrides["tokens"] = write_tokens(self.tmp / "tokens", users)
         overrides.setdefault("data_dir", self.tmp / "data")
         overrides.setdefault("port", 0)
         overrides.setdefault("host", "127.0.0.1")
@@ -168,6 +182,22 @@ class GatewayThread:
             self.thread.join(30)
             self.loop.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+StoppableT = TypeVar("StoppableT", bound=Stoppable)
+
+
+def serving(server: StoppableT) -> Iterator[StoppableT]:
+    """A fixture's `yield from serving(started)`: hand the started gateway (or server) to
+    the tests, and stop it after them, however they ended."""
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def wrote(server: GatewayThread, name: str) -> bool:

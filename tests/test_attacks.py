@@ -19,6 +19,7 @@ from tests.conftest import BACKENDS, start_gateway
 from tests.support import (
     Client,
     GatewayThread,
+    serving,
     wait_for,
 )
 
@@ -39,10 +40,7 @@ def docker(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
         max_queued_runs=8,
         max_runs_per_user=24,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 @pytest.fixture

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests import api
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, wait_for
+from tests.support import Client, GatewayThread, serving, wait_for, write_tokens
 
 pytestmark = pytest.mark.attack
 
@@ -48,11 +47,7 @@ def cancel_all(server: GatewayThread, client: Client, run_ids: list[str]) -> Non
 @pytest.fixture
 def defaults(tmp_path: Path) -> Iterator[GatewayThread]:
     """The default slots (4) and per-user limit (8): the attack as it was reported."""
-    server = two_users(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(two_users(tmp_path))
 
 
 def test_a_user_at_the_per_user_limit_leaves_a_slot_for_another(defaults: GatewayThread) -> None:
@@ -77,11 +72,7 @@ def test_a_user_at_the_per_user_limit_leaves_a_slot_for_another(defaults: Gatewa
 @pytest.fixture
 def two_slots(tmp_path: Path) -> Iterator[GatewayThread]:
     """Two slots, and a share as large: the order alone decides who gets a free slot."""
-    server = two_users(tmp_path, max_concurrent_runs=2, max_running_per_user=2)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(two_users(tmp_path, max_concurrent_runs=2, max_running_per_user=2))
 
 
 def test_a_free_slot_goes_to_the_user_running_fewest(two_slots: GatewayThread) -> None:

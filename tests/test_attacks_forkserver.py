@@ -13,7 +13,7 @@ import pytest
 
 from tests import census
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, wait_for
+from tests.support import Client, GatewayThread, serving, wait_for
 
 pytestmark = pytest.mark.attack
 
@@ -22,11 +22,7 @@ pytestmark = pytest.mark.attack
 def forked() -> Iterator[GatewayThread]:
     # numpy's global generator made in the parent: each kernel must still draw its own
     preload = ("matplotlib.pyplot", "numpy", "numpy.random", "pandas")
-    server = start_gateway("forkserver", max_concurrent_runs=4, preload=preload)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway("forkserver", max_concurrent_runs=4, preload=preload))
 
 
 @pytest.fixture

@@ -28,9 +28,8 @@ import tornado.web
 
 from gateway.app import routes
 from tests import raw_socket
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayProcess, GatewayThread, watching
+from tests.support import Client, GatewayProcess, GatewayThread, serving, watching, write_tokens
 from tests.test_openapi import route_template
 
 pytestmark = pytest.mark.attack
@@ -55,10 +54,7 @@ def gateway(tmp_path: Path, tokens: Path, **settings: Any) -> Iterator[GatewayPr
     server = GatewayProcess(
         "local", data, tokens=tokens, allow_local_multi_user=True, **settings
     ).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def connect(port: int, rcvbuf: int | None = None) -> socket.socket:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, Response
+from tests.support import Client, GatewayThread, Response, serving
 from tests.ws_client import handshake_status, open_stream, receive
 
 pytestmark = pytest.mark.attack
@@ -196,11 +196,7 @@ def test_the_page_and_plain_clients_keep_working(gateway: GatewayThread) -> None
 @pytest.fixture(scope="module")
 def partner() -> Iterator[GatewayThread]:
     """A gateway whose operator allows one other web origin."""
-    server = start_gateway("local", allowed_origins=("https://app.example",))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway("local", allowed_origins=("https://app.example",)))
 
 
 def test_an_allowed_origin_may_call_the_api(partner: GatewayThread) -> None:
@@ -376,11 +372,7 @@ def test_a_websocket_error_never_echoes_a_huge_id(gateway: GatewayThread) -> Non
 @pytest.fixture(scope="module")
 def careless() -> Iterator[GatewayThread]:
     """A single-user gateway whose operator allowed every origin."""
-    server = start_gateway("local", allowed_origins=("*",))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway("local", allowed_origins=("*",)))
 
 
 def test_any_origin_is_not_allowed_without_tokens(careless: GatewayThread) -> None:

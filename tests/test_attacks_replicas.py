@@ -34,7 +34,6 @@ import pytest
 
 from gateway.store.instance import instance_lock_key
 from tests import census
-from tests.api import write_tokens
 from tests.support import (
     DOCKER_IMAGE,
     Client,
@@ -43,6 +42,7 @@ from tests.support import (
     free_port,
     new_instance_id,
     wait_for,
+    write_tokens,
 )
 from tests.test_replicas import SLEEP, Pair, status_of, submit
 

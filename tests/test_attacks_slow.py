@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import start_gateway
 from tests.raw_socket import connect
-from tests.support import GatewayThread, wait_for
+from tests.support import GatewayThread, serving, wait_for
 
 pytestmark = pytest.mark.attack
 
@@ -36,10 +36,7 @@ def strict() -> Iterator[GatewayThread]:
         write_timeout=WRITE_TIMEOUT,
         max_connections=MAX_CONNECTIONS,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def closed_by_gateway(sock: socket.socket) -> bool:

@@ -14,15 +14,15 @@ import pytest
 
 from gateway.handlers.stream import StreamHandler
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import GatewayThread, wait_for
+from tests.support import GatewayThread, serving, wait_for
 from tests.ws_client import RawStream, handshake, open_stream, receive
 
 pytestmark = pytest.mark.attack
 
 MiB = 1024 * 1024
 TOKENS = {
-    "alice-token-0123456789": {"user": "alice", "role": "user"},
-    "bob-token-0123456789ab": {"user": "bob", "role": "user"},
+    "alice-token-0123456789": ("alice", "user"),
+    "bob-token-0123456789ab": ("bob", "user"),
 }
 ALICE, BOB = (f"Bearer {t}" for t in TOKENS)
 STREAMS = 2
@@ -32,23 +32,16 @@ DROP = 4 * MiB  # the outbox's bound on live outputs
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def greedy(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayThread]:
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps(TOKENS))
+def greedy(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
     server = start_gateway(
         request.param,
-        tokens=tokens,
+        users=TOKENS,
         max_streams_per_user=STREAMS,
         max_event_bytes=EVENT,
         max_runs_per_user=8,
         max_queued_runs=16,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def streams_of(server: GatewayThread) -> list[StreamHandler]:

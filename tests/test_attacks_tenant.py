@@ -15,10 +15,10 @@ import pytest
 
 from gateway.auth import TokenTable, user_folder
 from gateway.sandbox.mounts import mount_source
-from tests.api import poll_run, write_tokens
+from tests.api import poll_run
 from tests.conftest import start_gateway
 from tests.stream_client import connect
-from tests.support import GatewayProcess, GatewayThread
+from tests.support import GatewayProcess, GatewayThread, write_tokens
 
 pytestmark = pytest.mark.attack
 

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.terminal import strip_colors, terminal_safe
 from tests.conftest import start_gateway
-from tests.support import GatewayThread
+from tests.support import GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
@@ -40,11 +40,7 @@ raise ValueError({("bad" + HOSTILE)!r})
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[GatewayThread]:
-    gateway = start_gateway("local")
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+    yield from serving(start_gateway("local"))
 
 
 def gateway_run(server: GatewayThread, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

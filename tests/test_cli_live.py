@@ -21,18 +21,14 @@ import nbformat
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import GatewayThread
+from tests.support import GatewayThread, serving
 
 FILES_BYTES = 64 * 1024  # the gateway's max_files_bytes here
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[GatewayThread]:
-    gateway = start_gateway("local", max_files_bytes=FILES_BYTES)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+    yield from serving(start_gateway("local", max_files_bytes=FILES_BYTES))
 
 
 def command(server: GatewayThread, *args: str) -> list[str]:

@@ -14,21 +14,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import REPO, GatewayThread, free_port
+from tests.support import REPO, GatewayThread, free_port, serving
 
 TOKEN = "cli-test-token-0123456789"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("cli", "user")})
-    gateway = start_gateway("local", tokens=tokens)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+def server() -> Iterator[GatewayThread]:
+    yield from serving(start_gateway("local", users={TOKEN: ("cli", "user")}))
 
 
 def gateway_run(

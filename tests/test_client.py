@@ -49,38 +49,16 @@ from gateway.models.stream import (
     DoneEvent,
     OutputEvent,
 )
-from tests.api import write_tokens
+from tests.api import code_cell_json, notebook_json
 from tests.conftest import start_gateway
 from tests.postgres import Server
 from tests.stream_client import connect
-from tests.support import GatewayThread, free_port, wait_for
+from tests.support import GatewayThread, free_port, serving, wait_for
 
 T = TypeVar("T")
 
 LIVE = "import time\nprint('first', flush=True)\ntime.sleep(120)"  # cannot end on its own
-NOTEBOOK = {
-    "nbformat": 4,
-    "nbformat_minor": 5,
-    "metadata": {},
-    "cells": [
-        {
-            "id": "a",
-            "cell_type": "code",
-            "metadata": {},
-            "source": "x = 3",
-            "outputs": [],
-            "execution_count": None,
-        },
-        {
-            "id": "b",
-            "cell_type": "code",
-            "metadata": {},
-            "source": "print(x * 2)",
-            "outputs": [],
-            "execution_count": None,
-        },
-    ],
-}
+NOTEBOOK = notebook_json(code_cell_json("a", "x = 3"), code_cell_json("b", "print(x * 2)"))
 
 
 def url_of(server: GatewayThread) -> str:
@@ -350,22 +328,18 @@ MAX_CODE_BYTES = 2000
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+def guarded() -> Iterator[GatewayThread]:
     """A local gateway with a token, uploads on, one run and two streams per user at a
     time, and small code."""
-    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("alice", "user")})
     server = start_gateway(
         "local",
-        tokens=tokens,
+        users={TOKEN: ("alice", "user")},
         allow_uploads=True,
         max_runs_per_user=1,
         max_streams_per_user=2,
         max_code_bytes=MAX_CODE_BYTES,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def no_streams_open(server: GatewayThread) -> bool:

@@ -11,7 +11,7 @@ import pytest
 
 from gateway import errors
 from gateway.openapi import ERROR_CODES
-from tests.api import assert_error
+from tests.api import assert_error, code_cell_json, notebook_json
 from tests.support import REPO, Client
 
 API_MD = (REPO / "docs" / "API.md").read_text()
@@ -34,21 +34,7 @@ def test_null_is_omitted_in_a_run(local_client: Client, nulls: dict[str, Any]) -
 
 
 def test_null_is_omitted_in_a_notebook_replay(local_client: Client) -> None:
-    notebook = {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": "c1",
-                "metadata": {},
-                "source": "print(2)",
-                "outputs": [],
-                "execution_count": None,
-            }
-        ],
-    }
+    notebook = notebook_json(code_cell_json("c1", "print(2)"))
     nulls = dict.fromkeys(("timeout", "cell_timeout", "files", "vars", "env", "network"))
     response = local_client.request("POST", "/v1/notebooks/run", {"notebook": notebook, **nulls})
     assert response.status == 200, response.body[:500]

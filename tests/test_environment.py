@@ -17,9 +17,8 @@ import pytest
 from gateway.client import GatewayClient, Unauthorized
 from gateway.client.mcp import tool_description
 from gateway.models.environment import Environment, LanguageEnvironment, Package
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import DOCKER_IMAGE, REPO, Client, GatewayThread
+from tests.support import DOCKER_IMAGE, REPO, Client, GatewayThread, write_tokens
 from tests.test_mcp import stdio_session
 
 DOCKER = REPO / "docker"

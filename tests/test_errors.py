@@ -8,16 +8,14 @@ import pytest
 
 from tests.api import assert_error
 from tests.invalid_requests import RUN_FIELD_ERRORS, status_of
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 
 @pytest.fixture(scope="module")
 def small() -> Any:
-    server = GatewayThread(backend="local", max_body_bytes=64 * 1024, max_code_bytes=1000).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(
+        GatewayThread(backend="local", max_body_bytes=64 * 1024, max_code_bytes=1000).start()
+    )
 
 
 @pytest.mark.parametrize(("body", "code", "field"), RUN_FIELD_ERRORS)

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import REPO, GatewayThread
+from tests.support import REPO, GatewayThread, serving
 
 TOKEN = "extras-test-token-0123456789"
 KERNEL_SIDE = ("ipykernel", "matplotlib", "matplotlib_inline", "numpy", "pandas", "deno")
@@ -26,13 +25,8 @@ BLOCKED = ("docker", "mcp", "psycopg", "psycopg_pool", "tqdm", *KERNEL_SIDE)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("extras", "user")})
-    gateway = start_gateway("local", tokens=tokens)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+def server() -> Iterator[GatewayThread]:
+    yield from serving(start_gateway("local", users={TOKEN: ("extras", "user")}))
 
 
 def bare_gateway(

@@ -15,31 +15,25 @@ from email.message import Message
 
 import pytest
 
-from tests.api import assert_error, write_tokens
+from tests.api import assert_error
 from tests.conftest import start_gateway
 from tests.raw_socket import connect
-from tests.support import Client, GatewayThread, Response, wait_for
+from tests.support import Client, GatewayThread, Response, serving, wait_for
 
 ANN, BOB = "ann-token-0123456789abcdef", "bob-token-0123456789abcdef"
 KiB = 1024
 
 
 @pytest.fixture(scope="module")
-def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+def door() -> Iterator[GatewayThread]:
     """Two users; small budgets: 1 MiB of bodies in flight per user (4 MiB in all)."""
-    tokens = write_tokens(
-        tmp_path_factory.mktemp("door"), {ANN: ("ann", "user"), BOB: ("bob", "user")}
-    )
     server = start_gateway(
         "local",
-        tokens=tokens,
+        users={ANN: ("ann", "user"), BOB: ("bob", "user")},
         max_body_bytes_in_flight=4 * 1024 * KiB,
         max_body_bytes_in_flight_per_user=1024 * KiB,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def read_answer(sock: socket.socket) -> Response:
@@ -224,16 +218,15 @@ def test_unauthenticated_bodies_are_never_admitted(door: GatewayThread) -> None:
 
 
 @pytest.fixture(scope="module")
-def slow_readers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+def slow_readers() -> Iterator[GatewayThread]:
     """Answers to one user: at most 1 MiB in flight; taken within 3 s."""
-    tokens = write_tokens(tmp_path_factory.mktemp("answers"), {ANN: ("ann", "user")})
     server = start_gateway(
-        "local", tokens=tokens, max_answer_bytes_in_flight_per_user=1024 * KiB, write_timeout=3
+        "local",
+        users={ANN: ("ann", "user")},
+        max_answer_bytes_in_flight_per_user=1024 * KiB,
+        write_timeout=3,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def test_an_answer_that_finds_no_room_in_time_is_503_with_retry_after(

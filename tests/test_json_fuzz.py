@@ -220,19 +220,22 @@ def tame(body: Any) -> Any:
     return body
 
 
+# against a live gateway: the same examples every time, no time limit per example, and its
+# fixtures (the gateway, a client) shared by the examples
+LIVE = settings(
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
 ENDPOINTS = ["/v1/runs", "/v1/notebooks/run", "/v1/tools/code_run", "/v1/tools/run_python"]
 ENDPOINTS += ["/v1/tools/code_exec"]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@settings(
-    max_examples=60,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(LIVE, max_examples=60)
 @given(data=st.data(), path=st.sampled_from(ENDPOINTS))
 def test_the_gateway_answers_any_json_body_without_a_5xx(
     client: Client, data: st.DataObject, path: str
@@ -252,13 +255,7 @@ MESSAGES = NEAR_VALID["/v1/runs"].map(lambda d: {"type": "run", **d}) | st.dicti
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@settings(
-    max_examples=1,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(LIVE, max_examples=1)
 @given(bodies=st.lists(MESSAGES, min_size=30, max_size=30))
 def test_the_websocket_answers_any_json_message_without_an_internal_error(
     gateway: GatewayThread, bodies: list[dict[str, Any]]

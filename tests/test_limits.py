@@ -9,18 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import GatewayProcess, GatewayThread, watching
+from tests.support import GatewayProcess, GatewayThread, serving, watching
 
 CAP = 10_000
 
 
 @pytest.fixture
 def capped(backend_name: str) -> Iterator[GatewayThread]:
-    server = start_gateway(backend_name, stream_cap_bytes=CAP, output_limit_bytes=8 * 1024 * 1024)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(
+        start_gateway(backend_name, stream_cap_bytes=CAP, output_limit_bytes=8 * 1024 * 1024)
+    )
 
 
 @pytest.fixture

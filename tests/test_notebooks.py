@@ -29,7 +29,7 @@ from tests.notebook_compare import (
     decode_image,
     execute_reference,
 )
-from tests.support import REPO, Client, GatewayThread, wait_for, wrote
+from tests.support import REPO, Client, GatewayThread, serving, wait_for, wrote
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -394,11 +394,9 @@ def test_bad_requests_are_400_with_the_reason(
 
 @pytest.fixture
 def capped(backend_name: str) -> Iterator[GatewayThread]:
-    server = start_gateway(backend_name, stream_cap_bytes=10_000, display_cap_bytes=25_000)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(
+        start_gateway(backend_name, stream_cap_bytes=10_000, display_cap_bytes=25_000)
+    )
 
 
 def test_caps_apply_to_the_whole_notebook(capped: GatewayThread) -> None:

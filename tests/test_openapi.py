@@ -19,6 +19,7 @@ from openapi_spec_validator import validate as validate_spec
 
 from gateway.app import routes
 from gateway.openapi import build_document
+from tests.api import code_cell_json, notebook_json
 from tests.invalid_requests import RUN_FIELD_ERRORS, status_of
 from tests.openapi_support import (
     DOC,
@@ -360,30 +361,11 @@ def test_tool_and_notebook_answers_validate(client: Client) -> None:
     assert background.status == 202
     assert_valid("CodeExecStarted", background.json())
 
-    notebook = {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "id": "a",
-                "cell_type": "code",
-                "metadata": {},
-                "source": "x = 2",
-                "outputs": [],
-                "execution_count": None,
-            },
-            {"id": "b", "cell_type": "markdown", "metadata": {}, "source": "# hi"},
-            {
-                "id": "c",
-                "cell_type": "code",
-                "metadata": {},
-                "source": "print(x)\nx",
-                "outputs": [],
-                "execution_count": None,
-            },
-        ],
-    }
+    notebook = notebook_json(
+        code_cell_json("a", "x = 2"),
+        {"id": "b", "cell_type": "markdown", "metadata": {}, "source": "# hi"},
+        code_cell_json("c", "print(x)\nx"),
+    )
     for body in (notebook, {"notebook": notebook, "timeout": 20, "allow_errors": True}):
         answer = client.request("POST", "/v1/notebooks/run", body)
         assert answer.status == 200, answer.body[:1000]

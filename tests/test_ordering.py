@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import json
 from typing import Any
 
 import pytest
-import tornado.websocket
 
 from tests.api import truncation_marker
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread
+from tests.ws_client import open_stream
 
 LANGUAGES = ("python", "bash", "javascript", "typescript")
 
@@ -223,8 +222,7 @@ def test_code_run_output_is_in_write_order(client: Client, language: str) -> Non
 
 
 async def _stream_events(port: int, language: str, code: str) -> list[dict[str, Any]]:
-    ws = await tornado.websocket.websocket_connect(f"ws://127.0.0.1:{port}/v1/stream")
-    try:
+    async with open_stream(port) as ws:
         ws.write_message(
             json.dumps({"type": "run", "ref": "r", "code": code, "language": language})
         )
@@ -234,12 +232,6 @@ async def _stream_events(port: int, language: str, code: str) -> list[dict[str, 
             assert message is not None, f"connection closed; events so far: {events}"
             events.append(json.loads(message))
         return events
-    finally:
-        ws.close()
-        # let the close handshake finish inside this event loop, or the socket leaks
-        with contextlib.suppress(asyncio.TimeoutError):
-            while await asyncio.wait_for(ws.read_message(), 5) is not None:
-                pass
 
 
 @pytest.mark.parametrize("language", LANGUAGES)

@@ -30,7 +30,6 @@ import nbformat
 import pytest
 
 from tests import needs
-from tests.api import write_tokens
 from tests.browser import (
     FINAL,
     RECORD_VIOLATIONS,
@@ -39,7 +38,7 @@ from tests.browser import (
     ipynb,
     screenshot,
 )
-from tests.support import REPO, GatewayThread
+from tests.support import REPO, GatewayThread, serving
 
 AXE = REPO / "node_modules" / "axe-core" / "axe.min.js"
 TOKEN = "page-test-token-0123456789abcdef"
@@ -600,13 +599,8 @@ def test_the_language_picker_and_what_the_kernels_have(page: Page) -> None:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("pat", "user")})
-    gateway = GatewayThread(backend="local", tokens=tokens).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+def secured() -> Iterator[GatewayThread]:
+    yield from serving(GatewayThread(backend="local", users={TOKEN: ("pat", "user")}).start())
 
 
 def test_with_tokens_the_page_asks_for_one(context: Any, secured: GatewayThread) -> None:

@@ -7,16 +7,14 @@ from collections.abc import Iterator
 import pytest
 
 from tests import api, census
-from tests.support import Client, GatewayThread, wait_for, wrote
+from tests.support import Client, GatewayThread, serving, wait_for, wrote
 
 
 @pytest.fixture
 def one_slot() -> Iterator[GatewayThread]:
-    server = GatewayThread(backend="local", max_concurrent_runs=1, max_queued_runs=4).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(
+        GatewayThread(backend="local", max_concurrent_runs=1, max_queued_runs=4).start()
+    )
 
 
 def submit(client: Client, code: str) -> str:

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
@@ -303,11 +303,7 @@ raise ValueError('v' * 100_000)
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def small(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
-    server = start_gateway(request.param, **SMALL)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway(request.param, **SMALL))
 
 
 def test_every_field_full_still_fits_the_record_limit(small: GatewayThread) -> None:

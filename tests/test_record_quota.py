@@ -17,37 +17,30 @@ from gateway.models.record import RunRecord
 from gateway.store.base import RecordQuota
 from gateway.store.sqlite import SQLiteStore
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
 TOKENS = {
-    "alice-token-0123456789": {"user": "alice", "role": "user"},
-    "bob-token-0123456789ab": {"user": "bob", "role": "user"},
-    "carol-token-0123456789": {"user": "carol", "role": "user"},
+    "alice-token-0123456789": ("alice", "user"),
+    "bob-token-0123456789ab": ("bob", "user"),
+    "carol-token-0123456789": ("carol", "user"),
 }
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def quota_gateway(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayThread]:
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps(TOKENS))
+def quota_gateway(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
     server = start_gateway(
         request.param,
-        tokens=tokens,
+        users=TOKENS,
         max_records_per_user=3,
         max_record_store_bytes_per_user=400_000,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def client_of(server: GatewayThread, user: str) -> Client:
-    token = next(t for t, spec in TOKENS.items() if spec["user"] == user)
+    token = next(t for t, (name, _) in TOKENS.items() if name == user)
     return server.client(token)
 
 

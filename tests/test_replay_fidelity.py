@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.api import notebook_json
 from tests.notebook_compare import assert_same_execution, execute_reference
 from tests.support import Client
 
@@ -29,31 +30,24 @@ def code_cell(source: str) -> dict[str, Any]:
 
 
 def python_notebook(*sources: str) -> dict[str, Any]:
-    return {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {
+    return notebook_json(
+        *(code_cell(source) for source in sources),
+        metadata={
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
         },
-        "cells": [code_cell(source) for source in sources],
-    }
+    )
 
 
 def test_a_savefig_cell_gains_no_output_but_its_chart_is_in_the_record(client: Client) -> None:
-    notebook = {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            code_cell(
-                "import matplotlib.pyplot as plt\n"
-                "fig, ax = plt.subplots(); ax.plot([1, 2]); ax.set_title('saved')\n"
-                "fig.savefig('my_figure.png')\n"
-                "plt.close(fig)"
-            ),
-            code_cell("plt.plot([3, 1]); plt.title('shown')"),
-        ],
-    }
+    notebook = notebook_json(
+        code_cell(
+            "import matplotlib.pyplot as plt\n"
+            "fig, ax = plt.subplots(); ax.plot([1, 2]); ax.set_title('saved')\n"
+            "fig.savefig('my_figure.png')\n"
+            "plt.close(fig)"
+        ),
+        code_cell("plt.plot([3, 1]); plt.title('shown')"),
+    )
     response = client.request("POST", "/v1/notebooks/run", {"notebook": notebook})
     assert response.status == 200, response.body[:500]
     answer = response.json()

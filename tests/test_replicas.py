@@ -20,9 +20,8 @@ import psycopg
 import pytest
 
 from tests import census
-from tests.api import write_tokens
 from tests.postgres import Server
-from tests.support import Client, GatewayProcess, GatewayThread, wait_for
+from tests.support import Client, GatewayProcess, GatewayThread, wait_for, write_tokens
 from tests.ws_client import open_stream, receive
 
 LEASE = 2.0  # seconds: a dead replica's runs are failed a few seconds after it died

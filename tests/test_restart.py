@@ -11,18 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests import census
-from tests.support import Client, GatewayProcess, wait_for
+from tests.support import Client, GatewayProcess, serving, wait_for
 
 
 @pytest.fixture
 def process(backend_name: str, tmp_path: Path) -> Iterator[GatewayProcess]:
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    gateway = GatewayProcess(backend_name, data_dir)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+    yield from serving(GatewayProcess(backend_name, data_dir))
 
 
 def status_of(client: Client, run_id: str) -> str:

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.openapi_support import assert_error_answer, assert_valid
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
@@ -24,16 +23,12 @@ ALICE, BOB, ROOT = "alice-token-0123456789", "bob-token-0123456789", "root-token
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    tokens = write_tokens(
-        tmp_path_factory.mktemp("tokens"),
-        {ALICE: ("alice", "user"), BOB: ("bob", "user"), ROOT: ("root", "admin")},
+def server() -> Iterator[GatewayThread]:
+    yield from serving(
+        start_gateway(
+            "local", users={ALICE: ("alice", "user"), BOB: ("bob", "user"), ROOT: ("root", "admin")}
+        )
     )
-    gateway = start_gateway("local", tokens=tokens)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture(scope="module")

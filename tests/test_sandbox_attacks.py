@@ -20,9 +20,9 @@ import pytest
 import docker
 from gateway.sandbox import cgroup, local
 from gateway.settings import SANDBOX_ID
-from tests.api import assert_error, poll_run, write_tokens
+from tests.api import assert_error, poll_run
 from tests.conftest import require_backend, start_gateway
-from tests.support import Client, GatewayThread, wait_for
+from tests.support import Client, GatewayThread, serving, wait_for, write_tokens
 
 pytestmark = pytest.mark.attack
 
@@ -33,11 +33,9 @@ GiB = 1024 * MiB
 @pytest.fixture
 def workspaces(backend_name: str, tmp_path: Path) -> Iterator[GatewayThread]:
     """A gateway with persistent workspaces and one run slot (the next run waits)."""
-    server = start_gateway(backend_name, workspaces=tmp_path / "ws", max_concurrent_runs=1)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(
+        start_gateway(backend_name, workspaces=tmp_path / "ws", max_concurrent_runs=1)
+    )
 
 
 def fingerprint(folder: Path) -> dict[str, Any]:

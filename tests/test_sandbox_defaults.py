@@ -19,9 +19,8 @@ import pytest
 from gateway.sandbox.local import LocalBackend
 from gateway.settings import Settings
 from tests import needs
-from tests.api import write_tokens
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, write_tokens
 
 pytestmark = pytest.mark.attack
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests import api
 from tests.conftest import start_gateway
-from tests.support import GatewayThread
+from tests.support import GatewayThread, serving
 
 NO_POOLS = {"pool_python": 0, "pool_bash": 0, "pool_deno": 0}  # every run starts its own
 
@@ -66,11 +66,7 @@ class KernelKiller:
 
 @pytest.fixture
 def local() -> Iterator[GatewayThread]:
-    server = start_gateway("local", **NO_POOLS)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway("local", **NO_POOLS))
 
 
 def test_a_kernel_killed_while_it_starts_is_started_again(local: GatewayThread) -> None:

@@ -16,11 +16,10 @@ import pytest
 import tornado.httpclient
 import tornado.websocket
 
-from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.invalid_requests import RUN_FIELD_ERRORS
 from tests.stream_client import connect, stream_text
-from tests.support import GatewayThread, wait_for
+from tests.support import GatewayThread, serving, wait_for
 from tests.ws_client import RawStream
 
 TOKEN = "stream-test-token-0123456789"
@@ -282,13 +281,12 @@ def test_a_message_over_the_size_cap_closes_the_connection() -> None:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    tokens = write_tokens(tmp_path_factory.mktemp("tokens"), {TOKEN: ("alice", "user")})
-    server = start_gateway("local", tokens=tokens, allowed_origins=("https://app.example",))
-    try:
-        yield server
-    finally:
-        server.stop()
+def secured() -> Any:
+    yield from serving(
+        start_gateway(
+            "local", users={TOKEN: ("alice", "user")}, allowed_origins=("https://app.example",)
+        )
+    )
 
 
 async def handshake_status(

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import start_gateway
 from tests.openapi_support import assert_valid
 from tests.stream_client import Stream, connect
-from tests.support import GatewayThread
+from tests.support import GatewayThread, serving
 
 
 def notebook(*cells: tuple[str, str]) -> dict[str, Any]:
@@ -195,11 +195,7 @@ def test_a_notebook_the_post_refuses_is_an_error_event_and_the_connection_goes_o
 
 @pytest.fixture(scope="module")
 def small_events() -> Iterator[GatewayThread]:
-    gateway = start_gateway("local", max_event_bytes=128 * 1024)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+    yield from serving(start_gateway("local", max_event_bytes=128 * 1024))
 
 
 def test_done_holds_the_record_and_the_notebook_within_max_event_bytes(

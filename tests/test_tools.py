@@ -18,9 +18,9 @@ from gateway.settings import Settings
 from gateway.tools import cut_bytes, prefix_stderr, program_chunks, traceback_text
 from gateway.tools.code_exec import exec_timeout, parse_code_exec
 from gateway.tools.code_run import cut_output
-from tests.api import assert_error, poll_run, write_tokens
+from tests.api import assert_error, poll_run
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, write_tokens
 
 KiB = 1024
 

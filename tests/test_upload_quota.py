@@ -15,36 +15,31 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, serving
 
 pytestmark = pytest.mark.attack
 
 TOKENS = {
-    "alice-token-0123456789": {"user": "alice", "role": "user"},
-    "bob-token-0123456789ab": {"user": "bob", "role": "user"},
+    "alice-token-0123456789": ("alice", "user"),
+    "bob-token-0123456789ab": ("bob", "user"),
 }
 COUNT, BYTES = 3, 100_000
 
 
 @pytest.fixture(scope="module")
-def uploads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps(TOKENS))
+def uploads() -> Iterator[GatewayThread]:
     server = start_gateway(
         "local",
-        tokens=tokens,
+        users=TOKENS,
         allow_uploads=True,
         max_uploads_per_user=COUNT,
         max_upload_store_bytes_per_user=BYTES,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def client_of(server: GatewayThread, user: str) -> Client:
-    return server.client(next(t for t, spec in TOKENS.items() if spec["user"] == user))
+    return server.client(next(t for t, (name, _) in TOKENS.items() if name == user))
 
 
 def archive(name: str, size: int = 10) -> bytes:

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.api import assert_error, poll_run, write_tokens
+from tests.api import assert_error, poll_run
 from tests.conftest import BACKENDS, start_gateway
-from tests.support import Client, GatewayThread, Response, wait_for
+from tests.support import Client, GatewayThread, Response, serving, wait_for, write_tokens
 
 GB = 10**9
 MiB = 1024 * 1024
@@ -107,42 +107,12 @@ def craft_zip(name: str, payload: bytes, claimed_size: int, compressed: bool = T
     size32 = 0xFFFFFFFF if zip64 else claimed_size
     method = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
     version = 45 if zip64 else 20
-    local = struct.pack(
-        "<4s2B4HL2L2H",
-        b"PK\x03\x04",
-        version,
-        0,
-        0,
-        method,
-        0,
-        0x21,
-        0,
-        len(payload),
-        size32,
-        len(raw_name),
-        len(extra),
-    )
+    # flags, method, time, date, CRC, sizes (stored, claimed), lengths of name and extra:
+    # the same in the entry's local header and in the central directory
+    entry = (0, method, 0, 0x21, 0, len(payload), size32, len(raw_name), len(extra))
+    local = struct.pack("<4s2B4HL2L2H", b"PK\x03\x04", version, 0, *entry)
     central = struct.pack(
-        "<4s4B4HL2L5H2L",
-        b"PK\x01\x02",
-        version,
-        3,
-        version,
-        0,
-        0,
-        method,
-        0,
-        0x21,
-        0,
-        len(payload),
-        size32,
-        len(raw_name),
-        len(extra),
-        0,
-        0,
-        0,
-        0o100644 << 16,
-        0,
+        "<4s4B4HL2L5H2L", b"PK\x01\x02", version, 3, version, 0, *entry, 0, 0, 0, 0o100644 << 16, 0
     )
     body = local + raw_name + extra + payload
     directory = central + raw_name + extra
@@ -218,11 +188,7 @@ def measured() -> Iterator[Cost]:
 @pytest.fixture(scope="module")
 def roomy() -> Iterator[GatewayThread]:
     """Uploads enabled with the default limits (local backend: no kernel is started)."""
-    server = start_gateway("local", allow_uploads=True)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway("local", allow_uploads=True))
 
 
 @pytest.fixture(scope="module")
@@ -236,20 +202,13 @@ def strict() -> Iterator[GatewayThread]:
         max_archive_entries=10,
         max_archive_file_bytes=4096,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def runner(request: pytest.FixtureRequest) -> Iterator[GatewayThread]:
     """Uploads enabled, on each backend, for runs that use an archive."""
-    server = start_gateway(str(request.param), allow_uploads=True)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(start_gateway(str(request.param), allow_uploads=True))
 
 
 # --- uploading -----------------------------------------------------------------------

@@ -9,12 +9,13 @@ import pytest
 
 from gateway.server import Gateway
 from gateway.settings import load
-from tests.api import write_tokens
 from tests.conftest import start_gateway
 from tests.support import (
     Client,
     GatewayThread,
+    serving,
     wait_for,
+    write_tokens,
 )
 
 ANN, BOB, ROOT = "ann-token-0123456789", "bob-token-0123456789", "admin-token-0123456789"
@@ -35,10 +36,7 @@ def multi(backend_name: str, tmp_path: Path) -> Iterator[GatewayThread]:
         max_runs_per_user=1,
         max_concurrent_runs=2,
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving(server)
 
 
 def test_every_endpoint_but_health_needs_a_token(multi: GatewayThread) -> None:

@@ -241,32 +241,26 @@ def build_server(
             "which languages and packages the sandbox has."
         ),
     )
-    server.add_tool(
-        run_code,
-        name="run_code",
-        title="Run code",
-        description=tool_description(environment),
-        annotations=ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
-        structured_output=False,
-    )
-    server.add_tool(
-        list_runs,
-        name="list_runs",
-        title="List recent runs",
-        description=LIST_DESCRIPTION,
-        annotations=ToolAnnotations(
-            read_only_hint=True,
-            destructive_hint=False,
-            idempotent_hint=True,
-            open_world_hint=False,
-        ),
-        structured_output=False,
-    )
+    # run_code changes nothing outside its own sandbox, list_runs only reads; neither
+    # reaches the world beyond the gateway
+    tools: list[tuple[Callable[..., Any], str, str, str, bool]] = [
+        (run_code, "run_code", "Run code", tool_description(environment), False),
+        (list_runs, "list_runs", "List recent runs", LIST_DESCRIPTION, True),
+    ]
+    for tool, name, title, description, reads_only in tools:
+        server.add_tool(
+            tool,
+            name=name,
+            title=title,
+            description=description,
+            annotations=ToolAnnotations(
+                read_only_hint=reads_only,
+                destructive_hint=False,
+                idempotent_hint=reads_only,
+                open_world_hint=False,
+            ),
+            structured_output=False,
+        )
     return server
 
 

@@ -47,12 +47,22 @@ def relative_path(path: str) -> str:
     return str(PurePosixPath(*parts))
 
 
+def non_empty_path(path: str, empty: str, nul: str) -> str:
+    """`path`, when it is not empty (else `invalid_request`, saying `empty`) and holds no NUL
+    (else `invalid_path`, saying `nul`)."""
+    if not path:
+        raise refuse("invalid_request", empty)
+    if "\x00" in path:
+        raise refuse("invalid_path", nul)
+    return path
+
+
 def return_pattern(pattern: str) -> str:
-    if not pattern:
-        raise refuse("invalid_request", "A `return_files` entry must be a non-empty string.")
-    if "\x00" in pattern:
-        raise refuse("invalid_path", "A return_files path contains a NUL byte.")
-    return pattern
+    return non_empty_path(
+        pattern,
+        "A `return_files` entry must be a non-empty string.",
+        "A return_files path contains a NUL byte.",
+    )
 
 
 def folder_path(path: str) -> str:

@@ -16,7 +16,7 @@ from pydantic import model_validator as model_check
 from gateway.errors import ConflictingFields, InvalidRequest
 from gateway.models.base import Answer, Body, refuse
 from gateway.models.common import Language
-from gateway.models.run import RelativePath, relative_path
+from gateway.models.run import RelativePath, non_empty_path, relative_path
 
 # --- code_run (reference/code_run-manual.txt) ---------------------------------------------
 
@@ -44,11 +44,9 @@ def in_code_run_workdir(path: str) -> str:
 def named_file(path: str) -> str:
     """A `return_files` entry of code_run: a file's path (never a pattern), any non-empty
     string without NUL."""
-    if not path:
-        raise refuse("invalid_request", "A path must be a non-empty string.")
-    if "\x00" in path:
-        raise refuse("invalid_path", "The path contains a NUL byte.")
-    return path
+    return non_empty_path(
+        path, "A path must be a non-empty string.", "The path contains a NUL byte."
+    )
 
 
 def whole_seconds(value: float) -> float:

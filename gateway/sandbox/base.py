@@ -39,10 +39,11 @@ socket file, temp folder, volume, mount) may outlive `destroy()`.
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from gateway.models.common import Language
 from gateway.models.record import Usage
@@ -191,6 +192,23 @@ class Sandbox(abc.ABC):
         for less memory takes a pooled kernel; False (the default: this sandbox cannot)
         makes the run start a kernel of its own instead."""
         return False
+
+
+ExitT = TypeVar("ExitT")
+
+
+class ExitingSandbox(Sandbox, Generic[ExitT]):
+    """A sandbox whose kernel's end is a future, `exited`: set once the kernel (or its
+    container) was started, done when it has exited; its result says how."""
+
+    exited: asyncio.Future[ExitT] | None = None
+
+    async def wait_exit(self) -> None:
+        if self.exited is not None:
+            await asyncio.wait([self.exited])
+
+    def has_exited(self) -> bool:
+        return self.exited is not None and self.exited.done()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ local sandbox falls back to rlimits (see README, "What each backend isolates").
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.models.record import Usage
+from gateway.sandbox.base import ExitingSandbox, ExitT
 
 if TYPE_CHECKING:
     from gateway.sandbox.base import LimitEvent
@@ -231,3 +233,18 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+class GroupedSandbox(ExitingSandbox[ExitT]):
+    """A sandbox whose processes are in a control group of ours, `group` (None: none could be
+    made, or it is gone): which limits struck, and its memory limit lowered, are the group's."""
+
+    group: Cgroup | None = None
+
+    async def limit_events(self) -> frozenset[LimitEvent]:
+        return frozenset() if self.group is None else self.group.limit_events()
+
+    async def set_memory_limit(self, memory_bytes: int) -> bool:
+        if self.group is None:  # an rlimit cannot be lowered from outside
+            return False
+        return await asyncio.to_thread(self.group.set_memory, memory_bytes)

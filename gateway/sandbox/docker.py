@@ -64,11 +64,11 @@ from gateway.models.request import StagedFile
 from gateway.sandbox.base import (
     BackendContext,
     Death,
+    ExitingSandbox,
     FilesRead,
     KernelEnvironment,
     LimitEvent,
     ReadLimits,
-    Sandbox,
     SandboxBackend,
     SandboxSpec,
 )
@@ -79,6 +79,7 @@ from gateway.sandbox.kernelspec import (
     connection_info,
     kernel_argv,
     kernel_env,
+    log_tail,
     new_key,
     write_connection_file,
 )
@@ -100,7 +101,6 @@ IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 LABEL_INSTANCE = "gateway.instance"
 LABEL_RUN = "gateway.run"
 KERNEL_LOG = "kernel.log"
-LOG_TAIL_BYTES = 4096
 # Docker's own /etc/hosts for a container with `network_mode: none`
 ETC_HOSTS = (
     "127.0.0.1\tlocalhost\n"
@@ -341,7 +341,7 @@ class DockerBackend(SandboxBackend):
         return sandbox
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(ExitingSandbox[int | None]):
     def __init__(self, backend: DockerBackend, spec: SandboxSpec, identity: Identity) -> None:
         self.backend = backend
         self.spec = spec
@@ -538,29 +538,13 @@ class DockerSandbox(Sandbox):
 
     def _log_tail(self) -> str:
         """The end of the kernel's own output (never through a link the kernel made)."""
-        if not self._started:
-            return ""
-        try:
-            fd = os.open(self.socket_dir / KERNEL_LOG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with open(fd, "rb") as log:
-                log.seek(0, os.SEEK_END)
-                log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
-                return log.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
+        return log_tail(self.socket_dir / KERNEL_LOG) if self._started else ""
 
     def _inspect(self) -> dict[str, Any]:
         self.container.reload()
         attrs: dict[str, Any] = self.container.attrs
         self._state = attrs.get("State", {})
         return attrs
-
-    async def wait_exit(self) -> None:
-        if self.exited is not None:
-            await asyncio.wait([self.exited])
-
-    def has_exited(self) -> bool:
-        return self.exited is not None and self.exited.done()
 
     async def set_memory_limit(self, memory_bytes: int) -> bool:
         try:

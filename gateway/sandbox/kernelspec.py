@@ -4,6 +4,7 @@ and its connection file (ZMQ over ipc sockets, DESIGN.md decision 3)."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -90,3 +91,16 @@ def kernel_env(home: str, extra: dict[str, str], path: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def log_tail(path: str | Path, dir_fd: int | None = None, limit: int = 4096) -> str:
+    """The last `limit` bytes of a kernel's own output file, as text ("" when it cannot be
+    read), never through a link the kernel made."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        with open(fd, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - limit))
+            return log.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""

@@ -47,13 +47,11 @@ from gateway.sandbox.base import (
     Death,
     FilesRead,
     KernelEnvironment,
-    LimitEvent,
     ReadLimits,
-    Sandbox,
     SandboxBackend,
     SandboxSpec,
 )
-from gateway.sandbox.cgroup import Cgroup
+from gateway.sandbox.cgroup import Cgroup, GroupedSandbox
 from gateway.sandbox.environment import EnvironmentCache, collect_local
 from gateway.sandbox.kernelspec import (
     connection_info,
@@ -294,7 +292,7 @@ async def to_the_end(
         keep(result)
 
 
-class LocalSandbox(Sandbox):
+class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
     def __init__(
         self, backend: LocalBackend, spec: SandboxSpec, root: Path, identity: Identity
     ) -> None:
@@ -569,18 +567,6 @@ class LocalSandbox(Sandbox):
         if not self.exited.done():
             self.exited.set_result((status, rusage))
 
-    async def wait_exit(self) -> None:
-        if self.exited is not None:
-            await asyncio.wait([self.exited])
-
-    def has_exited(self) -> bool:
-        return self.exited is not None and self.exited.done()
-
-    async def set_memory_limit(self, memory_bytes: int) -> bool:
-        if self.group is None:  # an rlimit cannot be lowered from outside
-            return False
-        return await asyncio.to_thread(self.group.set_memory, memory_bytes)
-
     async def kill(self) -> None:
         if self.pid is None or self.exited is None or self._ended:
             return  # ended already: its process group's id may be another's by now
@@ -621,9 +607,6 @@ class LocalSandbox(Sandbox):
         return Death(
             exit_code=code, oom_killed=oom, detail=self._log_tail.decode("utf-8", "replace")
         )
-
-    async def limit_events(self) -> frozenset[LimitEvent]:
-        return frozenset() if self.group is None else self.group.limit_events()
 
     async def destroy(self) -> None:
         try:

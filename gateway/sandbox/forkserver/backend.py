@@ -44,13 +44,11 @@ from gateway.sandbox.base import (
     FilesRead,
     Footprint,
     KernelEnvironment,
-    LimitEvent,
     ReadLimits,
-    Sandbox,
     SandboxBackend,
     SandboxSpec,
 )
-from gateway.sandbox.cgroup import Cgroup
+from gateway.sandbox.cgroup import Cgroup, GroupedSandbox
 from gateway.sandbox.docker import ETC_HOSTS
 from gateway.sandbox.forkserver.parent import Parent
 from gateway.sandbox.forkserver.rootfs import image_layers, mount_rootfs, probe_rootfs
@@ -59,6 +57,7 @@ from gateway.sandbox.kernelspec import (
     connection_info,
     kernel_argv,
     kernel_env,
+    log_tail,
     new_key,
 )
 from gateway.sandbox.mounts import clone_tree, remove_tree
@@ -75,7 +74,6 @@ CONNECTION_FILE = "/run/gateway/connection.json"
 IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 IMAGE_PYTHON = "/opt/venv/bin/python"
 KERNEL_LOG = "kernel.log"
-LOG_TAIL_BYTES = 4096
 EXIT_WAIT = 10.0
 PARENT_WORD_WAIT = 2.0  # after a kernel ended: how long its exit status may take to come
 # the kinds of kernel a warm parent imports; the others are exec'd by a child of `exec`
@@ -238,7 +236,7 @@ def probe_forkserver(image: str) -> tuple[bool, str]:
     return probe_rootfs(image)
 
 
-class ForkserverSandbox(Sandbox):
+class ForkserverSandbox(GroupedSandbox[int | None]):
     def __init__(
         self, backend: ForkserverBackend, spec: SandboxSpec, identity: Identity, kind: str
     ) -> None:
@@ -355,30 +353,7 @@ class ForkserverSandbox(Sandbox):
         return {"v2": False, "hierarchies": names}
 
     def _log_tail(self) -> str:
-        if self.sock_fd is None:
-            return ""
-        try:
-            fd = os.open(
-                KERNEL_LOG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.sock_fd
-            )
-            with open(fd, "rb") as kernel_log:
-                kernel_log.seek(0, os.SEEK_END)
-                kernel_log.seek(max(0, kernel_log.tell() - LOG_TAIL_BYTES))
-                return kernel_log.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
-
-    async def wait_exit(self) -> None:
-        if self.exited is not None:
-            await asyncio.wait([self.exited])
-
-    def has_exited(self) -> bool:
-        return self.exited is not None and self.exited.done()
-
-    async def set_memory_limit(self, memory_bytes: int) -> bool:
-        if self.group is None:
-            return False
-        return await asyncio.to_thread(self.group.set_memory, memory_bytes)
+        return "" if self.sock_fd is None else log_tail(KERNEL_LOG, dir_fd=self.sock_fd)
 
     async def kill(self) -> None:
         if self.exited is not None and not self.exited.done():
@@ -418,9 +393,6 @@ class ForkserverSandbox(Sandbox):
         code = None if status is None else os.waitstatus_to_exitcode(status)
         oom = self.group is not None and self.group.oom_killed()
         return Death(exit_code=code, oom_killed=oom, detail=self._log_tail())
-
-    async def limit_events(self) -> frozenset[LimitEvent]:
-        return frozenset() if self.group is None else self.group.limit_events()
 
     async def destroy(self) -> None:
         try:

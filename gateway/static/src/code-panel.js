@@ -1,10 +1,11 @@
 // The Code view: the editor, Run and Cancel, the run's live outputs, status and notes, the
 // run as a notebook to download; and a run from the history shown again, ready to re-run.
-import { byId, el } from "./dom.js";
+import { byId, byIds, el } from "./dom.js";
 import { createEditor } from "./editor.js";
 import { formatDuration } from "./format.js";
 import { chartsOf, fromBundle } from "./gallery.js";
 import { OutputView } from "./render.js";
+import { RunPanel } from "./run-panel.js";
 import { StatusBar } from "./status.js";
 
 const SAMPLES = {
@@ -45,28 +46,16 @@ const SAMPLES = {
 
 const DRAFT_KEY = "gateway-draft"; // the editor's text and language, kept across reloads
 
-export class CodePanel {
+export class CodePanel extends RunPanel {
   /**
    * @param {{client, api, files, gallery, history, announcer, auth, onDownload}} app
    *   the page's shared parts (main.js)
    */
   constructor(app) {
-    this.app = app;
-    this.ui = {
-      language: byId("language"),
-      timeout: byId("timeout"),
-      run: byId("run"),
-      cancel: byId("cancel"),
-      rerun: byId("rerun"),
-      download: byId("download"),
-      runTitle: byId("run-title"),
-      message: byId("message"),
-      outputs: byId("outputs"),
-      notes: byId("notes"),
-    };
+    super(app, { noun: "run", failure: "The run failed to start" });
+    this.ui = byIds(["language", "timeout", "run", "cancel", "rerun", "download", "runTitle", "message", "outputs", "notes"]);
     this.status = new StatusBar({ status: byId("status"), exitCode: byId("exit-code"), duration: byId("duration") });
     this.view = new OutputView(this.ui.outputs, { onImage: (data, meta) => app.gallery.add(fromBundle(data, meta)) });
-    this.current = null; // the run in progress: {ref, id, started, dropped, cancelRequested}
     this.shown = null; // the run record on show
 
     const draft = readDraft();
@@ -87,10 +76,6 @@ export class CodePanel {
     this.status.set("idle");
   }
 
-  get busy() {
-    return this.current !== null;
-  }
-
   saveDraft() {
     try {
       localStorage.setItem(DRAFT_KEY, JSON.stringify({ code: this.editor.text, language: this.ui.language.value }));
@@ -105,11 +90,6 @@ export class CodePanel {
     if (!text.trim() || Object.values(SAMPLES).includes(text)) this.editor.text = SAMPLES[this.ui.language.value];
     this.editor.setLanguage(this.ui.language.value);
     this.saveDraft();
-  }
-
-  showMessage(text) {
-    this.ui.message.textContent = text;
-    this.ui.message.hidden = !text;
   }
 
   setBusy(busy) {
@@ -148,8 +128,7 @@ export class CodePanel {
         output: (event) => mine === this.current && this.view.add(event.output, event.display_id, event.update),
         output_dropped: (event) => { mine.dropped += event.dropped || 1; },
         done: (event) => this.done(mine, event.run),
-        error: (event) => this.failed(mine, event.error?.message || "The run was refused."),
-        onClosed: () => this.failed(mine, "The connection closed; the run was cancelled."),
+        ...this.endings(mine),
       });
     } catch (err) {
       this.failed(mine, err.message);
@@ -173,25 +152,7 @@ export class CodePanel {
     this.setBusy(false);
     this.showRecord(record, { replaceOutputs: cut });
     this.app.announcer.say(`Run ${record.status.replace("_", " ")}${record.exit_code === null || record.exit_code === undefined ? "" : `, exit code ${record.exit_code}`}, in ${formatDuration(record.usage?.wall_ms)}.`);
-    this.app.history.mark(record.id);
-    this.app.history.reload();
-  }
-
-  failed(run, message) {
-    if (run !== this.current) return;
-    this.status.stop();
-    this.status.set("error");
-    this.showMessage(message);
-    this.app.announcer.say(`The run failed to start: ${message}`);
-    this.current = null;
-    this.setBusy(false);
-  }
-
-  cancel() {
-    if (!this.current) return;
-    this.current.cancelRequested = true;
-    this.status.set("cancelling");
-    if (this.current.id) this.app.client.cancel(this.current.id);
+    this.recorded(record);
   }
 
   /** Show a finished run's record: status, notes, download, charts (and its outputs). */

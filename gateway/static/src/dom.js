@@ -8,6 +8,15 @@ export function byId(id) {
 }
 
 /**
+ * The elements of these ids, by name: a name in camelCase stands for its id in kebab-case, after
+ * `prefix`: `byIds(["run", "runTitle"], "nb-")` is `{run: byId("nb-run"), runTitle: byId("nb-run-title")}`.
+ */
+export function byIds(names, prefix = "") {
+  const id = (name) => prefix + name.replace(/[A-Z]/g, (upper) => `-${upper.toLowerCase()}`);
+  return Object.fromEntries(names.map((name) => [name, byId(id(name))]));
+}
+
+/**
  * An element: `el("button", {class: "primary", type: "button"}, "Run")`. Attributes are set
  * with setAttribute (never `style` or `on*`: the CSP refuses them and we need neither);
  * children are nodes or strings (as text).

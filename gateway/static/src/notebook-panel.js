@@ -1,30 +1,23 @@
 // The Notebook view: a notebook opened from a file (or a notebook run from the history), Run
 // all over the WebSocket with each cell's outputs, status and time as they come, Cancel, and
 // the executed notebook to download.
-import { byId, el, saveBlob } from "./dom.js";
+import { byId, byIds, el, saveBlob } from "./dom.js";
 import { formatDuration } from "./format.js";
 import { chartsOf, fromBundle } from "./gallery.js";
 import { executedName, notebookLanguage } from "./notebook-file.js";
 import { NotebookView } from "./notebook-view.js";
+import { RunPanel } from "./run-panel.js";
 import { StatusBar } from "./status.js";
 
-export class NotebookPanel {
+export class NotebookPanel extends RunPanel {
   /** @param {object} app  the page's shared parts (main.js) */
   constructor(app) {
-    this.app = app;
+    super(app, { noun: "replay", failure: "The replay failed" });
     this.ui = {
       title: byId("notebook-title"),
       meta: byId("notebook-meta"),
-      dropZone: byId("drop-zone"),
-      runAll: byId("run-all"),
-      cancel: byId("nb-cancel"),
-      download: byId("nb-download"),
-      progress: byId("nb-progress"),
-      message: byId("nb-message"),
-      notes: byId("nb-notes"),
-      timeout: byId("nb-timeout"),
-      cellTimeout: byId("nb-cell-timeout"),
-      allowErrors: byId("nb-allow-errors"),
+      ...byIds(["dropZone", "runAll"]),
+      ...byIds(["cancel", "download", "progress", "message", "notes", "timeout", "cellTimeout", "allowErrors"], "nb-"),
     };
     this.status = new StatusBar({ status: byId("nb-status"), duration: byId("nb-duration") });
     this.view = new NotebookView(byId("cells"), {
@@ -32,21 +25,11 @@ export class NotebookPanel {
       onRun: () => this.runAll(),
     });
     this.name = null;
-    this.current = null; // the replay in progress
     this.executed = null; // the executed notebook of the last replay: {nb, runId}
     this.ui.runAll.addEventListener("click", () => this.runAll());
     this.ui.cancel.addEventListener("click", () => this.cancel());
     this.ui.download.addEventListener("click", () => this.download());
     this.status.set("idle");
-  }
-
-  get busy() {
-    return this.current !== null;
-  }
-
-  showMessage(text) {
-    this.ui.message.textContent = text;
-    this.ui.message.hidden = !text;
   }
 
   setBusy(busy) {
@@ -116,8 +99,7 @@ export class NotebookPanel {
         cell_finished: (event) => this.cellFinished(mine, event),
         output_dropped: (event) => { mine.dropped += event.dropped || 1; },
         done: (event) => this.done(mine, event),
-        error: (event) => this.failed(mine, event.error?.message || "The replay was refused."),
-        onClosed: () => this.failed(mine, "The connection closed; the replay was cancelled."),
+        ...this.endings(mine),
       });
     } catch (err) {
       this.failed(mine, err.message);
@@ -170,26 +152,12 @@ export class NotebookPanel {
     const outputs = (executed?.cells || []).flatMap((cell) => cell.outputs || []);
     this.app.gallery.show(chartsOf(outputs, record.charts), baseName(this.name));
     this.app.announcer.say(`Replay ${record.status.replace("_", " ")}: ${run.ran} of ${run.codeCells} code cells ran, in ${formatDuration(record.usage?.wall_ms)}.`);
-    this.app.history.mark(record.id);
-    this.app.history.reload();
+    this.recorded(record);
   }
 
   failed(run, message) {
-    if (run !== this.current) return;
-    this.status.stop();
-    this.status.set("error");
-    this.view.finish(null);
-    this.showMessage(message);
-    this.app.announcer.say(`The replay failed: ${message}`);
-    this.current = null;
-    this.setBusy(false);
-  }
-
-  cancel() {
-    if (!this.current) return;
-    this.current.cancelRequested = true;
-    this.status.set("cancelling");
-    if (this.current.id) this.app.client.cancel(this.current.id);
+    if (run === this.current) this.view.finish(null); // the cells that were to run: not run
+    super.failed(run, message);
   }
 
   download() {
