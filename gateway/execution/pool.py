@@ -40,9 +40,6 @@ from gateway.settings import Settings
 log = logging.getLogger(__name__)
 
 RETRY_DELAY = 2.0  # after a kernel of the pool failed to start
-# A take wakes the refiller this long after: a short run answers before a kernel start (about
-# a second of CPU on 2 cores) competes with it (bench/README.md, "The warm path").
-REFILL_DELAY = 0.2
 WATCH_INTERVAL = 2.0  # how often the pools look at the machine's memory
 
 
@@ -202,10 +199,15 @@ class Pools:
         self._wake.set()
 
     def wake_later(self) -> None:
-        """Wake the refiller `REFILL_DELAY` from now (once, however many takes)."""
-        if self._wake_timer is None:
+        """Wake the refiller the backend's `refill_delay` from now (once, however many
+        takes): with a kernel start of about a second of CPU on 2 cores, a short run answers
+        before the start competes with it (bench/README.md, "The warm path")."""
+        delay = self.backend.refill_delay
+        if delay <= 0:
+            self.wake()
+        elif self._wake_timer is None:
             loop = asyncio.get_running_loop()
-            self._wake_timer = loop.call_later(REFILL_DELAY, self._timer_wake)
+            self._wake_timer = loop.call_later(delay, self._timer_wake)
 
     def _timer_wake(self) -> None:
         self._wake_timer = None

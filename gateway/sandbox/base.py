@@ -252,6 +252,10 @@ class SandboxBackend(abc.ABC):
     # gateway with several users; without it, the operator must consent to that use
     # (`--allow-local-multi-user`), and `--backend auto` never picks it for them
     isolates_users: ClassVar[bool] = False
+    # how long after a run takes a pooled kernel the pools start its replacement: a start
+    # that costs a core's second (a container and an interpreter) waits until a short run
+    # has answered; one that costs a fork does not (gateway/execution/pool.py)
+    refill_delay: ClassVar[float] = 0.2
 
     def __init__(self, config: Any, context: BackendContext) -> None:
         self.config = config

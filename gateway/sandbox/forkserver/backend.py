@@ -98,6 +98,7 @@ class ForkserverBackend(SandboxBackend):
     # before Docker's: its attack suite (tests -m attack) passes as Docker's does
     auto_preference = 5
     isolates_users = True
+    refill_delay = 0.0  # a kernel is a fork of a warm parent: ~30-60 ms of CPU, no core's second
 
     def __init__(self, config: ForkserverConfig, context: BackendContext) -> None:
         super().__init__(config, context)
