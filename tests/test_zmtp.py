@@ -20,6 +20,7 @@ from gateway.budget import ByteBudget
 from gateway.execution.kernel import KernelClient, Wire
 from gateway.execution.zmtp import (
     MAX_FRAMES,
+    Channel,
     Dropped,
     Meter,
     OverLimit,
@@ -80,6 +81,17 @@ async def routed(router: zmq.asyncio.Socket) -> bytes:
     return bytes(frames[0])
 
 
+async def dealer_to_router(
+    peers: Peers, budget: ByteBudget
+) -> tuple[zmq.asyncio.Socket, Channel, bytes]:
+    """A libzmq ROUTER on "shell", our DEALER to it (a bound of 1 MiB a message) that said
+    hi, and the DEALER's routing id at the ROUTER."""
+    router = peers.libzmq(zmq.ROUTER, "shell")
+    dealer = await open_channel(str(peers.folder / "shell"), "DEALER", Meter(), budget, MiB, 1)
+    dealer.send([b"hi"])
+    return router, dealer, await routed(router)
+
+
 # --- the channel against libzmq -----------------------------------------------------------
 
 
@@ -115,12 +127,8 @@ def test_dealer_and_sub_talk_to_libzmq_router_and_xpub() -> None:
 
 def test_a_message_over_the_bound_is_dropped_and_the_next_one_arrives() -> None:
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        router = peers.libzmq(zmq.ROUTER, "shell")
         budget = ByteBudget("test", 64 * MiB)
-        dealer = await open_channel(str(folder / "shell"), "DEALER", Meter(), budget, MiB, 1)
-        dealer.send([b"hi"])
-        peer = await routed(router)
+        router, dealer, peer = await dealer_to_router(peers, budget)
         chunk = b"z" * (MiB // 2)
         await router.send_multipart([peer, *([chunk] * 10)])  # 5 MiB in one message
         await router.send_multipart([peer, b"small"])
@@ -136,13 +144,7 @@ def test_a_message_over_the_bound_is_dropped_and_the_next_one_arrives() -> None:
 
 def test_a_message_of_too_many_frames_is_dropped() -> None:
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        router = peers.libzmq(zmq.ROUTER, "shell")
-        dealer = await open_channel(
-            str(folder / "shell"), "DEALER", Meter(), ByteBudget("t", MiB), MiB, 1
-        )
-        dealer.send([b"hi"])
-        peer = await routed(router)
+        router, dealer, peer = await dealer_to_router(peers, ByteBudget("t", MiB))
         await router.send_multipart([peer, *([b"f"] * (MAX_FRAMES + 1))])
         await router.send_multipart([peer, b"next"])
         assert isinstance(await asyncio.wait_for(dealer.receive(), 5), Dropped)
