@@ -295,6 +295,20 @@ def connection(prefix: Path) -> dict[str, Any]:
     }
 
 
+async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A peer that says nothing after its handshake."""
+
+
+async def hand_kernel(peers: Peers, shell: PeerScript) -> Path:
+    """A kernel's sockets by hand, as `connection(prefix)` names them: `shell` runs on
+    the shell socket, iopub and control stay quiet. Returns the prefix."""
+    prefix = peers.folder / "k"
+    await hand_peer(peers, Path(f"{prefix}-1"), shell)
+    await hand_peer(peers, Path(f"{prefix}-2"), quiet)
+    await hand_peer(peers, Path(f"{prefix}-4"), quiet)
+    return prefix
+
+
 def test_a_receive_that_times_out_mid_message_keeps_the_stream_in_step() -> None:
     """A message trickled frame by frame across several receive timeouts arrives whole."""
     session = Session(key=KEY.encode(), signature_scheme="hmac-sha256")
@@ -309,15 +323,8 @@ def test_a_receive_that_times_out_mid_message_keeps_the_stream_in_step() -> None
             await writer.drain()
             await asyncio.sleep(0.1)  # longer than the client's 0.03 s receive timeouts
 
-    async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pass
-
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        prefix = folder / "k"
-        await hand_peer(peers, Path(f"{prefix}-1"), trickle)
-        await hand_peer(peers, Path(f"{prefix}-2"), quiet)
-        await hand_peer(peers, Path(f"{prefix}-4"), quiet)
+        prefix = await hand_kernel(peers, trickle)
         wire = Wire(max_message_bytes=MiB, budget=ByteBudget("t", MiB))
         client = KernelClient(connection(prefix), wire)
         await client.connect(5)
@@ -354,15 +361,8 @@ def test_unsigned_messages_are_dropped_and_a_flood_past_the_ceiling_is_over_limi
                 writer.write(frame(part, more=index < len(big) - 1))
             await writer.drain()
 
-    async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pass
-
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        prefix = folder / "k"
-        await hand_peer(peers, Path(f"{prefix}-1"), flood)
-        await hand_peer(peers, Path(f"{prefix}-2"), quiet)
-        await hand_peer(peers, Path(f"{prefix}-4"), quiet)
+        prefix = await hand_kernel(peers, flood)
         client = KernelClient(connection(prefix), Wire(2 * MiB, ByteBudget("t", 8 * MiB)))
         await client.connect(5)
         first = await client.shell(timeout=5)
