@@ -29,7 +29,15 @@ import tornado.web
 from gateway.app import routes
 from tests import raw_socket
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayProcess, GatewayThread, serving, watching, write_tokens
+from tests.support import (
+    Client,
+    GatewayProcess,
+    GatewayThread,
+    Watch,
+    serving,
+    watching,
+    write_tokens,
+)
 from tests.test_openapi import route_template
 
 pytestmark = pytest.mark.attack
@@ -74,6 +82,28 @@ def send_body(sock: socket.socket, nbytes: int) -> int:
     return sent
 
 
+def flood(server: GatewayProcess, socks: list[socket.socket], first: bytes, nbytes: int) -> Watch:
+    """Each socket, from a thread of its own, sends `first` then up to `nbytes` of body
+    while the gateway is watched (another user's health timed); then they are closed."""
+
+    def attack(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.sendall(first)
+        send_body(sock, nbytes)
+
+    try:
+        with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
+            senders = [threading.Thread(target=attack, args=(sock,)) for sock in socks]
+            for thread in senders:
+                thread.start()
+            for thread in senders:  # each has sent its body, or was cut off
+                thread.join(120)
+    finally:
+        for sock in socks:
+            sock.close()
+    return watch
+
+
 def interim_or_final(sock: socket.socket) -> tuple[int, bytes]:
     """After headers with `Expect: 100-continue`: the status of the first answer (100 means
     "send the body") and its bytes so far."""
@@ -97,27 +127,12 @@ def test_bodies_sent_to_endpoints_that_take_none_cost_the_gateway_nothing(
     answers 413 at the headers and closes, and reads none of it."""
     with gateway(tmp_path, tokens) as server:
         socks = [connect(server.port) for _ in range(24)]
-        sent: list[int] = [0] * len(socks)
         head = (
             b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(47 * MiB).encode() + b"\r\n\r\n"
         )
 
-        def attack(index: int) -> None:
-            with contextlib.suppress(OSError):
-                socks[index].sendall(head)
-            sent[index] = send_body(socks[index], 40 * MiB)
-
-        try:
-            with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
-                senders = [threading.Thread(target=attack, args=(i,)) for i in range(len(socks))]
-                for thread in senders:
-                    thread.start()
-                for thread in senders:  # each has sent its 40 MiB, or was cut off
-                    thread.join(120)
-        finally:
-            for sock in socks:
-                sock.close()
+        watch = flood(server, socks, head, 40 * MiB)
     assert watch.growth < MiB * 100, watch.report()
     assert watch.worst_health < HEALTH_LATENCY and not watch.failures, watch.report()
 
@@ -290,23 +305,7 @@ def test_one_users_websocket_messages_in_flight_are_bounded(tmp_path: Path, toke
     with gateway(tmp_path, tokens) as server:
         socks = [websocket_handshake(server.port, MALLORY) for _ in range(8)]
         frame = bytes([0x81, 0x80 | 127]) + struct.pack(">Q", 40 * MiB) + b"\0\0\0\0"
-        sent: list[int] = [0] * len(socks)
-
-        def attack(index: int) -> None:
-            with contextlib.suppress(OSError):
-                socks[index].sendall(frame)
-            sent[index] = send_body(socks[index], 39 * MiB)
-
-        try:
-            with watching(server.pid, server.port, BOB, MIN_PROBES) as watch:
-                senders = [threading.Thread(target=attack, args=(i,)) for i in range(len(socks))]
-                for thread in senders:
-                    thread.start()
-                for thread in senders:
-                    thread.join(120)
-        finally:
-            for sock in socks:
-                sock.close()
+        watch = flood(server, socks, frame, 39 * MiB)
     assert watch.growth < MiB * 200, watch.report()
     assert watch.worst_health < HEALTH_LATENCY and not watch.failures, watch.report()
 

@@ -18,6 +18,7 @@ replica B fail another user's run on A, nor make A's `/v1/health` fail while A i
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import json
 import os
@@ -27,7 +28,9 @@ import sys
 import tarfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -275,17 +278,27 @@ def refused(process: subprocess.Popen[str]) -> str:
     return last
 
 
-def test_a_second_gateway_with_the_same_instance_id_is_refused(tmp_path: Path) -> None:
-    """SQLite, one machine: a second `gateway serve --instance-id X` (another data dir, so
-    another store) exits at once naming X and the holder's pid; A's run goes on untouched.
-    Before: the second one started, and its start removed A's sandboxes as leftovers of
-    a crashed gateway of that id (A's run failed)."""
-    a = GatewayProcess("local", tmp_path / "a")
+@contextlib.contextmanager
+def sleeping_replica(data_dir: Path, **settings: Any) -> Iterator[tuple[GatewayProcess, str]]:
+    """A local gateway on `data_dir` (made here) whose one background run sleeps 10
+    minutes, running; stopped at the end."""
+    a = GatewayProcess("local", data_dir, **settings)
     a.data_dir.mkdir()
     a.start()
     try:
         run_id = submit(a.client, {"code": "import time; time.sleep(600)", "background": True})
         assert wait_for(lambda: status_of(a.client, run_id) == "running", timeout=60)
+        yield a, run_id
+    finally:
+        a.stop()
+
+
+def test_a_second_gateway_with_the_same_instance_id_is_refused(tmp_path: Path) -> None:
+    """SQLite, one machine: a second `gateway serve --instance-id X` (another data dir, so
+    another store) exits at once naming X and the holder's pid; A's run goes on untouched.
+    Before: the second one started, and its start removed A's sandboxes as leftovers of
+    a crashed gateway of that id (A's run failed)."""
+    with sleeping_replica(tmp_path / "a") as (a, run_id):
         line = refused(serve(tmp_path / "other", "--instance-id", a.instance))
         assert a.instance in line and f"pid {a.pid}" in line, line
         # the same data dir (so the same default id and the same SQLite file) is refused too
@@ -293,8 +306,6 @@ def test_a_second_gateway_with_the_same_instance_id_is_refused(tmp_path: Path) -
         assert f"pid {a.pid}" in line, line
         assert status_of(a.client, run_id) == "running"
         assert a.client.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
-    finally:
-        a.stop()
 
 
 def test_a_second_replica_with_the_same_instance_id_on_another_machine_is_refused(
@@ -303,12 +314,7 @@ def test_a_second_replica_with_the_same_instance_id_on_another_machine_is_refuse
     """PostgreSQL: a second replica with A's instance id on "another machine" (a /run/lock
     of its own, another data dir) is refused by the database's lock, naming the holder;
     A's run goes on. Before: it started and failed A's run as its own leftover."""
-    a = GatewayProcess("local", tmp_path / "a", store=postgres_dsn, lease_seconds=LEASE)
-    a.data_dir.mkdir()
-    a.start()
-    try:
-        run_id = submit(a.client, {"code": "import time; time.sleep(600)", "background": True})
-        assert wait_for(lambda: status_of(a.client, run_id) == "running", timeout=60)
+    with sleeping_replica(tmp_path / "a", store=postgres_dsn, lease_seconds=LEASE) as (a, run_id):
         second = serve(
             tmp_path / "other",
             "--instance-id",
@@ -321,8 +327,6 @@ def test_a_second_replica_with_the_same_instance_id_on_another_machine_is_refuse
         assert a.instance in line and f"{a.pid}@" in line, line
         assert status_of(a.client, run_id) == "running"
         assert a.client.request("DELETE", f"/v1/runs/{run_id}").json()["status"] == "cancelled"
-    finally:
-        a.stop()
 
 
 def test_a_replica_whose_instance_id_was_taken_while_it_was_cut_off_stops(
@@ -333,12 +337,7 @@ def test_a_replica_whose_instance_id_was_taken_while_it_was_cut_off_stops(
     an id that is no longer its own. It stops serving: its runs are cancelled with a note
     and the process exits with status 1, naming the id. (A connection cut with nobody
     taking the id is re-taken at the next beat: the other tests go on after that.)"""
-    a = GatewayProcess("local", tmp_path / "a", store=postgres_dsn, lease_seconds=LEASE)
-    a.data_dir.mkdir()
-    a.start()
-    try:
-        run_id = submit(a.client, {"code": "import time; time.sleep(600)", "background": True})
-        assert wait_for(lambda: status_of(a.client, run_id) == "running", timeout=60)
+    with sleeping_replica(tmp_path / "a", store=postgres_dsn, lease_seconds=LEASE) as (a, run_id):
         key = instance_lock_key(a.instance)
         high, low = (key >> 32) & 0xFFFF_FFFF, key & 0xFFFF_FFFF  # as pg_locks shows it
         with psycopg.connect(postgres_dsn, autocommit=True) as usurper:
@@ -358,5 +357,3 @@ def test_a_replica_whose_instance_id_was_taken_while_it_was_cut_off_stops(
         record = json.loads(row[0])
         assert record["status"] == "cancelled", record
         assert any("lost its instance id" in note for note in record["notes"]), record
-    finally:
-        a.stop()

@@ -92,15 +92,12 @@ def test_headers_one_byte_at_a_time_are_cut_at_the_header_timeout(strict: Gatewa
 
 
 def test_a_body_that_never_comes_is_cut_at_the_body_timeout(strict: GatewayThread) -> None:
-    sock = connect(strict.port)
-    try:
+    with connect(strict.port) as sock:
         sock.sendall(
             b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n" + b'{"code": "'
         )
         assert closed_by_gateway(sock), "the gateway kept waiting for the body"
-    finally:
-        sock.close()
 
 
 def test_connections_that_never_send_are_closed(strict: GatewayThread) -> None:
@@ -119,8 +116,7 @@ def test_an_answer_never_read_is_dropped_at_the_write_timeout(strict: GatewayThr
     # ~9 MB as a record: more than the two sockets' buffers can take between them
     code = "from IPython.display import HTML, display\ndisplay(HTML('h' * 6_000_000))\n"
     record = client.run(code=code + "print('x' * 1_000_000, end='')")
-    sock = connect(strict.port, rcvbuf=4096)
-    try:
+    with connect(strict.port, rcvbuf=4096) as sock:
         sock.sendall(f"GET /v1/runs/{record['id']} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         # not reading: the answer sits in the gateway until it gives up on us
         assert wait_for(lambda: open_connections(strict) == 0, timeout=60), (
@@ -130,8 +126,6 @@ def test_an_answer_never_read_is_dropped_at_the_write_timeout(strict: GatewayThr
         with contextlib.suppress(ConnectionResetError):
             while chunk := sock.recv(1 << 20):
                 received += chunk
-    finally:
-        sock.close()
     head, _, body = received.partition(b"\r\n\r\n")
     length = int(re.search(rb"Content-Length: (\d+)", head, re.I)[1])  # type: ignore[index]
     assert len(body) < length, "the whole answer was still there"

@@ -245,29 +245,32 @@ def test_stdout_and_stderr_are_separate_streams() -> None:
         }
 
 
-def test_exit_reports_its_code_and_earlier_output() -> None:
+def failed_alone(code: str, exit_code: int) -> Result:
+    """`code` run by a bash kernel of its own: its reply is an error of `exit_code`."""
     with bash_kernel() as kernel:
-        result = execute(kernel, "echo before; echo warn >&2; exit 3; echo never")
-        content = result.reply["content"]
-        assert content["status"] == "error"
-        assert content["exit_code"] == 3
-        assert content["ename"] == "ExitStatus"
-        assert content["evalue"] == "3"
-        assert result.reply["metadata"]["exit_code"] == 3
-        assert result.stream("stdout") == "before\n"
-        assert result.stream("stderr") == "warn\n"
-        assert "error" not in result.types()
+        result = execute(kernel, code)
+    content = result.reply["content"]
+    assert content["status"] == "error"
+    assert content["exit_code"] == exit_code
+    return result
+
+
+def test_exit_reports_its_code_and_earlier_output() -> None:
+    result = failed_alone("echo before; echo warn >&2; exit 3; echo never", 3)
+    content = result.reply["content"]
+    assert content["ename"] == "ExitStatus"
+    assert content["evalue"] == "3"
+    assert result.reply["metadata"]["exit_code"] == 3
+    assert result.stream("stdout") == "before\n"
+    assert result.stream("stderr") == "warn\n"
+    assert "error" not in result.types()
 
 
 def test_false_is_an_error_reply_without_error_message() -> None:
-    with bash_kernel() as kernel:
-        result = execute(kernel, "false")
-        content = result.reply["content"]
-        assert content["status"] == "error"
-        assert content["exit_code"] == 1
-        assert content["traceback"] == []
-        assert "error" not in result.types()
-        assert result.stream("stdout") == result.stream("stderr") == ""
+    result = failed_alone("false", 1)
+    assert result.reply["content"]["traceback"] == []
+    assert "error" not in result.types()
+    assert result.stream("stdout") == result.stream("stderr") == ""
 
 
 def test_state_persists_between_cells() -> None:

@@ -91,23 +91,17 @@ def test_a_body_on_an_endpoint_that_takes_none_is_413_at_the_headers(
     door: GatewayThread, method: str, path: str
 ) -> None:
     """Answered before any of the body is sent, and the connection closed after it."""
-    sock = connect(door.port)
-    try:
+    with connect(door.port) as sock:
         sock.sendall(headers_of(method, path, ANN, f"Content-Length: {10 * 1024 * KiB}\r\n"))
         answer = read_answer(sock)
         assert_error(answer, 413, "payload_too_large", "takes no request body")
         assert closed(sock)
-    finally:
-        sock.close()
 
 
 def test_a_chunked_body_on_a_get_is_413_too(door: GatewayThread) -> None:
-    sock = connect(door.port)
-    try:
+    with connect(door.port) as sock:
         sock.sendall(headers_of("GET", "/v1/health", None, "Transfer-Encoding: chunked\r\n"))
         assert_error(read_answer(sock), 413, "payload_too_large")
-    finally:
-        sock.close()
 
 
 def test_an_empty_body_on_a_get_is_no_body(door: GatewayThread) -> None:
@@ -116,14 +110,11 @@ def test_an_empty_body_on_a_get_is_no_body(door: GatewayThread) -> None:
 
 
 def test_a_method_an_address_does_not_serve_is_405_before_its_body(door: GatewayThread) -> None:
-    sock = connect(door.port)
-    try:
+    with connect(door.port) as sock:
         sock.sendall(headers_of("PUT", "/v1/runs", None, f"Content-Length: {1024 * KiB}\r\n"))
         answer = read_answer(sock)
         assert_error(answer, 405, "method_not_allowed")
         assert answer.headers["Allow"] == "GET, POST"  # list runs, start one
-    finally:
-        sock.close()
 
 
 # --- bodies in flight ---------------------------------------------------------------------------
@@ -188,29 +179,23 @@ def test_a_chunked_body_past_the_room_left_is_503(door: GatewayThread) -> None:
     assert status == 100
     try:
         first.sendall(b"x" * (400 * KiB))
-        sock = connect(door.port)
-        try:
+        with connect(door.port) as sock:
             sock.sendall(headers_of("POST", "/v1/runs", ANN, "Transfer-Encoding: chunked\r\n"))
             chunk = b"y" * (64 * KiB)
             with contextlib.suppress(OSError):
                 for _ in range(8):  # 512 KiB: past the 224 KiB left of ann's share
                     sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
             assert_error(read_answer(sock), 503, "capacity")
-        finally:
-            sock.close()
     finally:
         first.close()
     assert wait_for(lambda: in_flight(door) == 0, timeout=30)
 
 
 def test_unauthenticated_bodies_are_never_admitted(door: GatewayThread) -> None:
-    sock = connect(door.port)
-    try:
+    with connect(door.port) as sock:
         sock.sendall(headers_of("POST", "/v1/runs", None, f"Content-Length: {800 * KiB}\r\n"))
         assert_error(read_answer(sock), 401, "unauthorized")
         assert closed(sock)
-    finally:
-        sock.close()
     assert in_flight(door) == 0
 
 

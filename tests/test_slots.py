@@ -39,6 +39,15 @@ class Queue:
         await settle()
 
 
+async def ann_holds_the_slot_bob_waits() -> tuple[RunSlots, Queue]:
+    """One slot in all: ann's a0 holds it, bob's b0 waits for it."""
+    slots = RunSlots(total=1, per_user=1)
+    queue = Queue(slots)
+    await queue.wait("a0", "ann")
+    await queue.wait("b0", "bob")
+    return slots, queue
+
+
 def test_a_user_gets_at_most_the_share_and_others_the_rest() -> None:
     async def main() -> None:
         slots = RunSlots(total=4, per_user=3)
@@ -91,10 +100,7 @@ def test_a_free_slot_goes_to_the_user_holding_fewest_then_by_arrival() -> None:
 
 def test_cancel_while_waiting_takes_no_slot_and_after_the_grant_gives_it_back() -> None:
     async def main() -> None:
-        slots = RunSlots(total=1, per_user=1)
-        queue = Queue(slots)
-        await queue.wait("a0", "ann")
-        await queue.wait("b0", "bob")
+        slots, queue = await ann_holds_the_slot_bob_waits()
         queue.cancels["b0"].set()
         await settle()
         assert queue.tasks["b0"].result() is False and slots.waiting == 0
@@ -115,10 +121,7 @@ def test_cancel_while_waiting_takes_no_slot_and_after_the_grant_gives_it_back() 
 
 def test_a_waiting_task_that_is_cancelled_leaves_the_queue() -> None:
     async def main() -> None:
-        slots = RunSlots(total=1, per_user=1)
-        queue = Queue(slots)
-        await queue.wait("a0", "ann")
-        await queue.wait("b0", "bob")
+        slots, queue = await ann_holds_the_slot_bob_waits()
         queue.tasks["b0"].cancel()
         await settle()
         assert slots.waiting == 0

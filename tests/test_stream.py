@@ -18,7 +18,7 @@ import tornado.websocket
 
 from tests.conftest import start_gateway
 from tests.invalid_requests import RUN_FIELD_ERRORS
-from tests.stream_client import connect, stream_text
+from tests.stream_client import Stream, connect, stream_text
 from tests.support import GatewayThread, serving, wait_for
 from tests.ws_client import RawStream
 
@@ -120,18 +120,20 @@ def test_two_runs_on_one_connection_interleave(gateway: GatewayThread) -> None:
     asyncio.run(main())
 
 
+async def printed_then_sleeps(stream: Stream, ref: str | int, word: str) -> dict[str, Any]:
+    """Start a run that prints `word`, then sleeps two minutes; its `accepted` event, once
+    its output arrived."""
+    code = f"import time\nprint({word!r}, flush=True)\ntime.sleep(120)"
+    stream.send({"type": "run", "ref": ref, "code": code})
+    accepted = await stream.until(lambda e: e["type"] == "accepted")
+    await stream.until(lambda e: e["type"] == "output")
+    return accepted
+
+
 def test_cancel_ends_a_run_at_once(gateway: GatewayThread) -> None:
     async def main() -> None:
         async with connect(gateway.port) as stream:
-            stream.send(
-                {
-                    "type": "run",
-                    "ref": "c",
-                    "code": "import time\nprint('started', flush=True)\ntime.sleep(120)",
-                }
-            )
-            accepted = await stream.until(lambda e: e["type"] == "accepted")
-            await stream.until(lambda e: e["type"] == "output")
+            accepted = await printed_then_sleeps(stream, "c", "started")
             asked = time.monotonic()
             stream.send({"type": "cancel", "id": accepted["id"]})
             done = await stream.done("c", timeout=20)
@@ -157,15 +159,7 @@ def test_cancel_by_ref_before_the_kernel_is_ready(gateway: GatewayThread) -> Non
 def test_closing_the_connection_cancels_its_runs(gateway: GatewayThread) -> None:
     async def main() -> str:
         async with connect(gateway.port) as stream:
-            stream.send(
-                {
-                    "type": "run",
-                    "ref": 1,
-                    "code": "import time\nprint('up', flush=True)\ntime.sleep(120)",
-                }
-            )
-            accepted = await stream.until(lambda e: e["type"] == "accepted")
-            await stream.until(lambda e: e["type"] == "output")
+            accepted = await printed_then_sleeps(stream, 1, "up")
         return str(accepted["id"])
 
     run_id = asyncio.run(main())

@@ -20,6 +20,7 @@ from gateway.budget import ByteBudget
 from gateway.execution.kernel import KernelClient, Wire
 from gateway.execution.zmtp import (
     MAX_FRAMES,
+    Channel,
     Dropped,
     Meter,
     OverLimit,
@@ -80,6 +81,17 @@ async def routed(router: zmq.asyncio.Socket) -> bytes:
     return bytes(frames[0])
 
 
+async def dealer_to_router(
+    peers: Peers, budget: ByteBudget
+) -> tuple[zmq.asyncio.Socket, Channel, bytes]:
+    """A libzmq ROUTER on "shell", our DEALER to it (a bound of 1 MiB a message) that said
+    hi, and the DEALER's routing id at the ROUTER."""
+    router = peers.libzmq(zmq.ROUTER, "shell")
+    dealer = await open_channel(str(peers.folder / "shell"), "DEALER", Meter(), budget, MiB, 1)
+    dealer.send([b"hi"])
+    return router, dealer, await routed(router)
+
+
 # --- the channel against libzmq -----------------------------------------------------------
 
 
@@ -115,12 +127,8 @@ def test_dealer_and_sub_talk_to_libzmq_router_and_xpub() -> None:
 
 def test_a_message_over_the_bound_is_dropped_and_the_next_one_arrives() -> None:
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        router = peers.libzmq(zmq.ROUTER, "shell")
         budget = ByteBudget("test", 64 * MiB)
-        dealer = await open_channel(str(folder / "shell"), "DEALER", Meter(), budget, MiB, 1)
-        dealer.send([b"hi"])
-        peer = await routed(router)
+        router, dealer, peer = await dealer_to_router(peers, budget)
         chunk = b"z" * (MiB // 2)
         await router.send_multipart([peer, *([chunk] * 10)])  # 5 MiB in one message
         await router.send_multipart([peer, b"small"])
@@ -136,13 +144,7 @@ def test_a_message_over_the_bound_is_dropped_and_the_next_one_arrives() -> None:
 
 def test_a_message_of_too_many_frames_is_dropped() -> None:
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        router = peers.libzmq(zmq.ROUTER, "shell")
-        dealer = await open_channel(
-            str(folder / "shell"), "DEALER", Meter(), ByteBudget("t", MiB), MiB, 1
-        )
-        dealer.send([b"hi"])
-        peer = await routed(router)
+        router, dealer, peer = await dealer_to_router(peers, ByteBudget("t", MiB))
         await router.send_multipart([peer, *([b"f"] * (MAX_FRAMES + 1))])
         await router.send_multipart([peer, b"next"])
         assert isinstance(await asyncio.wait_for(dealer.receive(), 5), Dropped)
@@ -293,6 +295,20 @@ def connection(prefix: Path) -> dict[str, Any]:
     }
 
 
+async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A peer that says nothing after its handshake."""
+
+
+async def hand_kernel(peers: Peers, shell: PeerScript) -> Path:
+    """A kernel's sockets by hand, as `connection(prefix)` names them: `shell` runs on
+    the shell socket, iopub and control stay quiet. Returns the prefix."""
+    prefix = peers.folder / "k"
+    await hand_peer(peers, Path(f"{prefix}-1"), shell)
+    await hand_peer(peers, Path(f"{prefix}-2"), quiet)
+    await hand_peer(peers, Path(f"{prefix}-4"), quiet)
+    return prefix
+
+
 def test_a_receive_that_times_out_mid_message_keeps_the_stream_in_step() -> None:
     """A message trickled frame by frame across several receive timeouts arrives whole."""
     session = Session(key=KEY.encode(), signature_scheme="hmac-sha256")
@@ -307,15 +323,8 @@ def test_a_receive_that_times_out_mid_message_keeps_the_stream_in_step() -> None
             await writer.drain()
             await asyncio.sleep(0.1)  # longer than the client's 0.03 s receive timeouts
 
-    async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pass
-
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        prefix = folder / "k"
-        await hand_peer(peers, Path(f"{prefix}-1"), trickle)
-        await hand_peer(peers, Path(f"{prefix}-2"), quiet)
-        await hand_peer(peers, Path(f"{prefix}-4"), quiet)
+        prefix = await hand_kernel(peers, trickle)
         wire = Wire(max_message_bytes=MiB, budget=ByteBudget("t", MiB))
         client = KernelClient(connection(prefix), wire)
         await client.connect(5)
@@ -352,15 +361,8 @@ def test_unsigned_messages_are_dropped_and_a_flood_past_the_ceiling_is_over_limi
                 writer.write(frame(part, more=index < len(big) - 1))
             await writer.drain()
 
-    async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pass
-
     async def scenario(peers: Peers) -> None:
-        folder = peers.folder
-        prefix = folder / "k"
-        await hand_peer(peers, Path(f"{prefix}-1"), flood)
-        await hand_peer(peers, Path(f"{prefix}-2"), quiet)
-        await hand_peer(peers, Path(f"{prefix}-4"), quiet)
+        prefix = await hand_kernel(peers, flood)
         client = KernelClient(connection(prefix), Wire(2 * MiB, ByteBudget("t", 8 * MiB)))
         await client.connect(5)
         first = await client.shell(timeout=5)

@@ -100,6 +100,17 @@ def _error_event(exc: GatewayError, ref: Any = None, run_id: str | None = None) 
     )
 
 
+def _cell_event(
+    run: _Run, event: CellStarted | CellFinished
+) -> CellStartedEvent | CellFinishedEvent:
+    """A replay's cell starting or finishing, as sent: the run's ref and id, and the
+    execution event's own fields (the wire event's names: index, cell_id, ...)."""
+    fields = dataclasses.asdict(event)
+    if isinstance(event, CellStarted):
+        return CellStartedEvent(type="cell_started", ref=run.ref, id=run.id, **fields)
+    return CellFinishedEvent(type="cell_finished", ref=run.ref, id=run.id, **fields)
+
+
 def _run_message(data: dict[str, Any], settings: Settings, caller: Principal) -> RunRequest:
     return run_request(RunMessage.parse(data), settings, caller)
 
@@ -426,31 +437,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
                     index=event.index if run.notebook else None,
                 ),
             )
-        elif run.notebook and isinstance(event, CellStarted):
-            self._offer(
-                run,
-                CellStartedEvent(
-                    type="cell_started",
-                    ref=run.ref,
-                    id=run.id,
-                    index=event.index,
-                    cell_id=event.cell_id,
-                ),
-            )
-        elif run.notebook and isinstance(event, CellFinished):
-            self._offer(
-                run,
-                CellFinishedEvent(
-                    type="cell_finished",
-                    ref=run.ref,
-                    id=run.id,
-                    index=event.index,
-                    cell_id=event.cell_id,
-                    execution_count=event.execution_count,
-                    status=event.status,
-                    duration_ms=event.duration_ms,
-                ),
-            )
+        elif run.notebook and isinstance(event, CellStarted | CellFinished):
+            self._offer(run, _cell_event(run, event))
 
     def _offer(self, run: _Run, event: Event) -> None:
         """Queue a live event, or count it dropped (too large, or too much unread)."""

@@ -88,6 +88,20 @@ class RunQuery:
     language: str | None = None
     after: tuple[str, str] | None = None
 
+    def parameters(self, position: Callable[[str], object]) -> dict[str, object]:
+        """The page's SQL parameters by name: `created` and `after` the run to continue
+        after (None for the first page), its creation time read by the store's `position`
+        (which raises `InvalidPosition`)."""
+        created, after = (None, None) if self.after is None else self.after
+        return {
+            "owner": self.owner,
+            "status": self.status,
+            "language": self.language,
+            "created": None if created is None else position(created),
+            "after": after,
+            "limit": self.limit,
+        }
+
 
 @dataclasses.dataclass(frozen=True)
 class Listed:

@@ -263,27 +263,18 @@ class PostgresStore(RecordStore):
         return None if row is None else await load(row[0])
 
     async def list_runs(self, query: RunQuery) -> list[Listed]:
-        created, after = (None, None) if query.after is None else query.after
-        position = None if created is None else _position(created)
+        parameters = query.parameters(_position)
         async with self.connection() as conn:
             # the record only where no summary was kept (rows of an older gateway)
             cursor = await conn.execute(
                 "SELECT created, id, summary, CASE WHEN summary IS NULL THEN record END "
-                "FROM runs WHERE owner = %s AND (%s::text IS NULL OR status = %s) "
-                "AND (%s::text IS NULL OR language = %s) "
-                "AND (%s::timestamptz IS NULL OR (created, id) < (%s, %s)) "
-                "ORDER BY created DESC, id DESC LIMIT %s",
-                (
-                    query.owner,
-                    query.status,
-                    query.status,
-                    query.language,
-                    query.language,
-                    position,
-                    position,
-                    after,
-                    query.limit,
-                ),
+                "FROM runs WHERE owner = %(owner)s "
+                "AND (%(status)s::text IS NULL OR status = %(status)s) "
+                "AND (%(language)s::text IS NULL OR language = %(language)s) "
+                "AND (%(created)s::timestamptz IS NULL "
+                "OR (created, id) < (%(created)s, %(after)s)) "
+                "ORDER BY created DESC, id DESC LIMIT %(limit)s",
+                parameters,
             )
             rows = await cursor.fetchall()
         listed = []

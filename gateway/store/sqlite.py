@@ -222,26 +222,14 @@ class SQLiteStore(RecordStore):
         return listed
 
     def _list(self, query: RunQuery) -> list[tuple[float, str, str | None, str | None]]:
-        created, after = (None, None) if query.after is None else query.after
-        position = None if created is None else _position(created)
         # the record only where no summary was kept (rows of an older gateway)
         rows = self._conn().execute(
             "SELECT created, id, summary, CASE WHEN summary IS NULL THEN record END FROM runs "
-            "WHERE user = ? AND (? IS NULL OR status = ?) AND (? IS NULL OR language = ?) "
-            "AND (? IS NULL OR created < ? OR (created = ? AND id < ?)) "
-            "ORDER BY created DESC, id DESC LIMIT ?",
-            (
-                query.owner,
-                query.status,
-                query.status,
-                query.language,
-                query.language,
-                position,
-                position,
-                position,
-                after,
-                query.limit,
-            ),
+            "WHERE user = :owner AND (:status IS NULL OR status = :status) "
+            "AND (:language IS NULL OR language = :language) "
+            "AND (:created IS NULL OR created < :created OR (created = :created AND id < :after)) "
+            "ORDER BY created DESC, id DESC LIMIT :limit",
+            query.parameters(_position),
         )
         return [(float(c), str(i), s, r) for c, i, s, r in rows]
 
