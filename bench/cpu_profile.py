@@ -22,10 +22,22 @@ table then also splits "the rest" exactly, short-lived processes included (runc 
 init, the shims, docker-init, the host kernel's worker threads), whatever else runs on the
 machine (it is listed as such, not guessed away).
 
+With `--backend forkserver` (root, cgroups, bubblewrap, the kernel image) the same runs go
+to forked kernels: the table's kernel is the sandbox's cgroup and dockerd + containerd give
+way to the warm parents (their own CPU: each fork is charged to them). With `--perf` every
+sample is then attributed to its thread as well (`perf script -F comm,pid,tid`, the process
+tree from perf's fork events): the gateway's threads by name (its main thread is the
+asyncio loop; Python threads all bear the interpreter's name, so `asyncio.to_thread` and
+the executors' workers are one group), the warm parents, the forked kernels' processes
+(the first child, pid 1 of the sandbox, the kernel) and the kernel's threads (its main
+thread, ZMQbg/IO, ZMQbg/Reaper, its other Python threads), the host kernel's threads and
+every other process on the machine by name.
+
 Prints a table (ms of CPU per run) and writes JSON to bench/results/. A script, not a test:
 nothing is asserted.
 
     .venv/bin/python bench/cpu_profile.py [--runs 30] [--batch 5] [--pooled] [--perf]
+        [--backend docker|forkserver]
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -41,10 +54,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gateway.sandbox.forkserver.parent import PROGRAM  # noqa: E402 - the warm parent's
+
 TICK = os.sysconf("SC_CLK_TCK")
 PERF_HZ = 999  # samples per second per CPU: each one stands for 1/PERF_HZ s of that CPU
 
@@ -61,28 +79,93 @@ PERF_GROUPS = (
 )  # fmt: skip
 
 
-def perf_groups(script_output: str, gateway_pid: int, runs: int) -> dict[str, float]:
-    """ms of CPU per run by group, from `perf script -F comm,pid` lines (`comm pid`)."""
+SAMPLE = re.compile(r"^\s*(.*?)\s+(\d+)/(\d+)\s*$")  # `comm pid/tid`
+FORK = re.compile(r"PERF_RECORD_FORK\((\d+):(\d+)\):\((\d+):\d+\)")  # (pid:tid):(ppid:ptid)
+KTHREADD = 2  # the parent of every host kernel thread
+
+
+def perf_groups(
+    script_output: str, gateway_pid: int, runs: int, warm: dict[int, str] | None = None
+) -> dict[str, float]:
+    """ms of CPU per run by group, from `perf script -F comm,pid,tid --show-task-events`:
+    by process (Docker), or by thread and process tree with `warm` (the forkserver's warm
+    parents: pid -> kind)."""
     counts: dict[str, int] = {}
+    parents: dict[int, int] = {}  # pid -> parent pid, from the fork events
+    threaded: set[int] = set()  # processes that started threads (of those forked: the kernel)
+    samples: dict[tuple[str, int, int], int] = {}  # (comm, pid, tid) -> samples
     for line in script_output.splitlines():
-        parts = line.rsplit(None, 1)
-        if len(parts) != 2 or not parts[1].isdigit():
-            continue
-        comm, pid = parts[0].strip(), int(parts[1])
-        if comm == "swapper":  # the idle task
-            continue
+        if fork := FORK.search(line):
+            pid, tid, ppid = int(fork[1]), int(fork[2]), int(fork[3])
+            if pid == tid:
+                parents[pid] = ppid
+            else:
+                threaded.add(pid)
+        elif (sample := SAMPLE.match(line)) and sample[1] != "swapper":  # the idle task
+            key = (sample[1], int(sample[2]), int(sample[3]))
+            samples[key] = samples.get(key, 0) + 1
+    inits = {parents.get(pid) for pid in threaded}  # a forked kernel's pid 1 among them
+    for (comm, pid, tid), n in samples.items():
         if pid == gateway_pid:
-            group = "the gateway process"
+            group = "the gateway process" if warm is None else f"gateway: {thread(comm, pid, tid)}"
         elif pid == os.getpid():
             group = "this script (the client)"
-        else:
+        elif warm is None:
             group = next(
                 (name for name, prefixes in PERF_GROUPS if comm.startswith(prefixes)),
                 f"other: {comm}",
             )
-        counts[group] = counts.get(group, 0) + 1
+        else:
+            group = forked_group(comm, pid, tid, gateway_pid, warm, parents, threaded, inits)
+        counts[group] = counts.get(group, 0) + n
     ordered = sorted(counts.items(), key=lambda item: -item[1])
     return {group: round(n * 1000 / PERF_HZ / runs, 1) for group, n in ordered}
+
+
+def thread(comm: str, pid: int, tid: int) -> str:
+    if tid == pid:
+        return "main thread"
+    # Python threads keep the name the interpreter was started by
+    return "other Python threads" if comm.startswith("python") else f"{comm} thread"
+
+
+def forked_group(
+    comm: str,
+    pid: int,
+    tid: int,
+    gateway_pid: int,
+    warm: dict[int, str],
+    parents: dict[int, int],
+    threaded: set[int],
+    inits: set[int | None],
+) -> str:
+    """Who a sample of the forkserver's machine is, by its process's place in the tree."""
+    if pid in warm:
+        return f"warm parent ({warm[pid]})"
+    chain = ancestors(pid, parents)
+    below = next((i for i, p in enumerate(chain) if p in warm), None)
+    if below is not None:
+        forked = f"forked {warm[chain[below]]} kernels"
+        chain = chain[:below]  # pid's ancestors below the warm parent (it may have threads)
+        if pid in threaded:
+            return f"{forked}: the kernel's {thread(comm, pid, tid)}"
+        if any(p in threaded for p in chain):
+            return f"{forked}: the kernel's child processes ({comm})"
+        if pid in inits:
+            return f"{forked}: pid 1 (the sandbox's set-up, then its reaper)"
+        return f"{forked}: the first child (cgroups, namespaces)"
+    if gateway_pid in chain:
+        return f"gateway's child processes: {comm}"
+    if KTHREADD in (pid, *chain):
+        return "host kernel threads"
+    return "perf itself" if comm.startswith("perf") else f"other: {comm}"
+
+
+def ancestors(pid: int, parents: dict[int, int]) -> list[int]:
+    chain: list[int] = []
+    while (pid := parents.get(pid, 0)) > 0 and len(chain) < 64:  # 64: a reused pid's loop
+        chain.append(pid)
+    return chain
 
 
 def machine_ms() -> float:
@@ -92,9 +175,8 @@ def machine_ms() -> float:
     return busy * 1000 / TICK
 
 
-def process_ms(names: tuple[str, ...]) -> float:
-    """utime + stime of every live process whose command name is among `names`, in ms."""
-    total = 0
+def processes() -> Iterator[tuple[int, str, list[str]]]:
+    """Every live process: its pid, its command name and the /proc/PID/stat fields after it."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -103,10 +185,40 @@ def process_ms(names: tuple[str, ...]) -> float:
         except OSError:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        yield int(entry.name), name, stat[stat.rindex(")") + 2 :].split()
+
+
+def process_ms(names: tuple[str, ...]) -> float:
+    """utime + stime of every live process whose command name is among `names`, in ms."""
+    total = 0
+    for _, name, fields in processes():
         if name in names:
-            fields = stat[stat.rindex(")") + 2 :].split()
             total += int(fields[11]) + int(fields[12])
     return total * 1000 / TICK
+
+
+def warm_parents(gateway_pid: int) -> dict[int, str]:
+    """The forkserver's warm parents under the gateway (bubblewrap's children that run
+    zygote.py): pid -> kind (`ipykernel`, `bash`, `exec`)."""
+    parents = {pid: int(fields[1]) for pid, _, fields in processes()}
+    found = {}
+    for pid in parents:
+        if gateway_pid not in ancestors(pid, parents):
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if argv[1:3] == ["-P", PROGRAM]:  # python -P PROGRAM FD KIND ... (not bubblewrap)
+            found[pid] = argv[4]
+    # the forked kernels' first child and pid 1 (and a kernel before it execs) share it
+    return {pid: kind for pid, kind in found.items() if not found.keys() & ancestors(pid, parents)}
+
+
+def thread_names(pid: int) -> list[str]:
+    """The command name of each of `pid`'s threads, the main thread first."""
+    tasks = sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda task: int(task.name) != pid)
+    return [(task / "comm").read_text().strip() for task in tasks]
 
 
 def pid_ms(pid: int) -> float:
@@ -135,7 +247,7 @@ def request(port: int, method: str, path: str, body: Any = None) -> tuple[int, A
 def profile(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="cpuprof-"))
     port = free_port()
-    command = [sys.executable, "-m", "gateway", "serve", "--backend", "docker"]
+    command = [sys.executable, "-m", "gateway", "serve", "--backend", args.backend]
     command += ["--port", str(port), "--data-dir", str(workdir / "data")]
     command += ["--instance-id", "prof" + secrets.token_hex(6)]
     if not args.pooled:
@@ -160,7 +272,14 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(3):  # warm-up: caches, threads, connections
             request(port, "POST", "/v1/runs", {"code": "print(1)"})
         time.sleep(2)  # teardown of the warm-up runs, pool refills
-        engines = ("dockerd", "containerd")
+        warm = warm_parents(gateway.pid) if args.backend == "forkserver" else None
+        threads = thread_names(gateway.pid)
+
+        def engine_ms() -> float:
+            if warm is None:
+                return process_ms(("dockerd", "containerd"))
+            return sum(pid_ms(pid) for pid in warm)
+
         if args.perf:
             perf_data = workdir / "perf.data"
             record = ["perf", "record", "-a", "-e", "cpu-clock", "-F", str(PERF_HZ)]
@@ -177,7 +296,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         while left > 0:
             size = min(args.batch, left)
             left -= size
-            start = (machine_ms(), pid_ms(gateway.pid), process_ms(engines))
+            start = (machine_ms(), pid_ms(gateway.pid), engine_ms())
             kernel = 0.0
             for _ in range(size):
                 status, record = request(port, "POST", "/v1/runs", {"code": "print(1)"})
@@ -185,7 +304,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
                 kernel += (record.get("usage") or {}).get("cpu_ms") or 0
             if not left:
                 time.sleep(2)  # the last teardowns (off the answer's path) and refills
-            end = (machine_ms(), pid_ms(gateway.pid), process_ms(engines))
+            end = (machine_ms(), pid_ms(gateway.pid), engine_ms())
             total, own, engine = (b - a for a, b in zip(start, end, strict=True))
             batches.append(
                 {"runs": size, "machine": total, "kernel": kernel, "gateway": own, "engine": engine}
@@ -197,13 +316,14 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             perf.send_signal(signal.SIGINT)
             perf.wait(60)
             perf = None
+            read = ["perf", "script", "-i", str(perf_data), "--show-task-events"]
             script = subprocess.run(
-                ["perf", "script", "-i", str(perf_data), "-F", "comm,pid"],
+                [*read, "-F", "comm,pid,tid"],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout
-            by_thread = perf_groups(script, gateway.pid, args.runs)
+            by_thread = perf_groups(script, gateway.pid, args.runs, warm)
     finally:
         if perf is not None:  # the runs failed: perf must not go on sampling every CPU
             perf.kill()
@@ -218,25 +338,43 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "batch": args.batch,
         "pooled": args.pooled,
+        "backend": args.backend,
+        "warm_parents": warm,
+        "gateway_threads": threads,
         "wall_seconds": round(wall, 1),
         "load_average_before": load_before,
         "load_average_after": load_after,
-        "cpu_ms_per_run": per_run(whole),
-        "cpu_ms_per_run_quietest_batch": per_run(quietest),
+        "cpu_ms_per_run": per_run(whole, args.backend),
+        "cpu_ms_per_run_quietest_batch": per_run(quietest, args.backend),
         "machine_ms_per_run_each_batch": [round(b["machine"] / b["runs"]) for b in batches],
         "perf_ms_per_run": by_thread,
     }
 
 
-def per_run(totals: dict[str, float]) -> dict[str, float]:
+SHARES = {  # the names of the kernel's, the engine's and the rest's shares
+    "docker": (
+        "kernel (container cgroup)",
+        "dockerd + containerd",
+        "rest (shims, runc, init, host kernel, other work)",
+    ),
+    "forkserver": (
+        "kernel (sandbox cgroup)",
+        "warm parents (their own CPU: the forks)",
+        "rest (what no cgroup counted, host kernel, other work)",
+    ),
+}
+
+
+def per_run(totals: dict[str, float], backend: str) -> dict[str, float]:
     runs = totals["runs"]
     rest = totals["machine"] - totals["kernel"] - totals["gateway"] - totals["engine"]
+    kernel, engine, others = SHARES[backend]
     shares = {
         "machine": totals["machine"],
-        "kernel (container cgroup)": totals["kernel"],
+        kernel: totals["kernel"],
         "gateway process": totals["gateway"],
-        "dockerd + containerd": totals["engine"],
-        "rest (shims, runc, init, host kernel, other work)": rest,
+        engine: totals["engine"],
+        others: rest,
     }
     return {k: round(v / runs, 1) for k, v in shares.items()}
 
@@ -247,16 +385,19 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=5, help="runs per measured batch")
     parser.add_argument("--pooled", action="store_true", help="keep the warm pools on")
     parser.add_argument("--perf", action="store_true", help="attribute every CPU sample (perf)")
+    parser.add_argument("--backend", choices=sorted(SHARES), default="docker")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args()
     result = profile(args)
     args.results.mkdir(parents=True, exist_ok=True)
     kind = "pooled" if args.pooled else "cold"
-    out = args.results / f"cpu-profile-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    stem = kind if args.backend == "docker" else f"{args.backend}-{kind}"
+    out = args.results / f"cpu-profile-{stem}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(result, indent=2))
     quiet = result["cpu_ms_per_run_quietest_batch"]
+    backend = "Docker" if args.backend == "docker" else args.backend
     print(
-        f"| CPU per {kind} Docker run `print(1)`, ms | all {args.runs} runs "
+        f"| CPU per {kind} {backend} run `print(1)`, ms | all {args.runs} runs "
         f"| quietest batch of {args.batch} |\n|---|---:|---:|"
     )
     for name, ms in result["cpu_ms_per_run"].items():
@@ -265,6 +406,12 @@ def main() -> int:
     print(f"load average {before[0]:.2f} before, {after[0]:.2f} after")
     print("machine ms per run, each batch:")
     print(" ".join(str(ms) for ms in result["machine_ms_per_run_each_batch"]))
+    if args.backend != "docker":
+        print("gateway threads (/proc, main first): " + ", ".join(result["gateway_threads"]))
+        print(
+            "warm parents: "
+            + ", ".join(f"{k} (pid {p})" for p, k in result["warm_parents"].items())
+        )
     if result["perf_ms_per_run"] is not None:
         print(f"\n| sampled by perf (cpu-clock, {PERF_HZ} Hz, all CPUs) | ms per run |\n|---|---:|")
         for name, ms in result["perf_ms_per_run"].items():
