@@ -64,9 +64,16 @@ def require_backend(name: str) -> None:
         needs.missing(name, why)
 
 
+# A test's own gateway starts without warm pools unless the test asks for them: filling
+# them costs a kernel start each (four by default), and a test that makes one run or two
+# would pay for them in CPU it takes from its runs. The session's shared gateways keep the
+# default pools (`SharedGateways`): the behavioural suite runs on what operators get.
+NO_POOLS = {"pool_python": 0, "pool_bash": 0, "pool_deno": 0, "pool_r": 0}
+
+
 def start_gateway(backend: str, **overrides: Any) -> GatewayThread:
     require_backend(backend)
-    return GatewayThread(backend=backend, **overrides).start()
+    return GatewayThread(backend=backend, **{**NO_POOLS, **overrides}).start()
 
 
 class SharedGateways:
@@ -87,7 +94,8 @@ class SharedGateways:
 
     def get(self, backend: str) -> GatewayThread:
         if backend not in self.started:
-            self.started[backend] = start_gateway(backend, **self._store())
+            require_backend(backend)
+            self.started[backend] = GatewayThread(backend=backend, **self._store()).start()
         return self.started[backend]
 
     def stop(self) -> None:
