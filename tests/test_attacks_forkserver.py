@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import census
+from tests.api import full, pools
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread, serving, wait_for
 
@@ -22,7 +23,10 @@ pytestmark = pytest.mark.attack
 def forked() -> Iterator[GatewayThread]:
     # numpy's global generator made in the parent: each kernel must still draw its own
     preload = ("matplotlib.pyplot", "numpy", "numpy.random", "pandas")
-    yield from serving(start_gateway("forkserver", max_concurrent_runs=4, preload=preload))
+    # a pool of two: two runs in a row take kernels that were alive at once, so that their
+    # namespaces' ids can be told apart (a destroyed namespace's id is given out again)
+    gateway = start_gateway("forkserver", max_concurrent_runs=4, preload=preload, pool_python=2)
+    yield from serving(gateway)
 
 
 @pytest.fixture
@@ -124,6 +128,7 @@ def test_forked_kernels_share_no_descriptor_randomness_key_or_namespace(
     forked: GatewayThread,
 ) -> None:
     client = forked.client()
+    assert wait_for(lambda: full(client), timeout=120), pools(client)
     first, second = (client.run(code=PROBE)["result"] for _ in range(2))
     for probe in (first, second):
         targets = [target for target, _ in probe["fds"].values()]

@@ -363,7 +363,17 @@ def test_without_a_cgroup_rlimits_stand_in(monkeypatch: pytest.MonkeyPatch) -> N
         return local.LocalFeatures(bwrap=found.bwrap, cgroups=False, drop_to=found.drop_to)
 
     monkeypatch.setattr(local, "probe_features", without_cgroups)
-    server = start_gateway("local", memory_bytes=512 * MiB, workdir_bytes=64 * MiB, pids=64)
+    # uids of their own, which no earlier sandbox of the session ran as: a process of a
+    # destroyed sandbox reparented to this harness (a subreaper) stays a zombie of its uid,
+    # and a later sandbox of that uid counts it in `what the uid already runs`
+    server = start_gateway(
+        "local",
+        memory_bytes=512 * MiB,
+        workdir_bytes=64 * MiB,
+        pids=64,
+        sandbox_uid=SANDBOX_ID + 10_000_000,
+        sandbox_uids=16,
+    )
     try:
         record = server.client().run(
             language="bash", code="ulimit -v; ulimit -f; ulimit -u", timeout=30
