@@ -14,7 +14,7 @@ import pytest
 from tests import census
 from tests.api import full, pools
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, serving, wait_for
+from tests.support import Client, GatewayThread, wait_for
 
 pytestmark = pytest.mark.attack
 
@@ -26,7 +26,13 @@ def forked() -> Iterator[GatewayThread]:
     # a pool of two: two runs in a row take kernels that were alive at once, so that their
     # namespaces' ids can be told apart (a destroyed namespace's id is given out again)
     gateway = start_gateway("forkserver", max_concurrent_runs=4, preload=preload, pool_python=2)
-    yield from serving(gateway)
+    try:
+        yield gateway
+    finally:
+        # no refill in flight when it stops: a fork cancelled by shutdown is left behind
+        # (a known leak, see the closing note of 2026-12-02)
+        wait_for(gateway.idle, timeout=120)
+        gateway.stop()
 
 
 @pytest.fixture
