@@ -11,10 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import census
 from tests.api import full, pools
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, wait_for
+from tests.support import Client, GatewayThread, serving, wait_for
 
 pytestmark = pytest.mark.attack
 
@@ -26,13 +25,7 @@ def forked() -> Iterator[GatewayThread]:
     # a pool of two: two runs in a row take kernels that were alive at once, so that their
     # namespaces' ids can be told apart (a destroyed namespace's id is given out again)
     gateway = start_gateway("forkserver", max_concurrent_runs=4, preload=preload, pool_python=2)
-    try:
-        yield gateway
-    finally:
-        # no refill in flight when it stops: a fork cancelled by shutdown is left behind
-        # (a known leak, see the closing note of 2026-12-02)
-        wait_for(gateway.idle, timeout=120)
-        gateway.stop()
+    yield from serving(gateway)
 
 
 @pytest.fixture
@@ -232,11 +225,9 @@ def test_a_kernels_key_never_enters_the_warm_parents_memory() -> None:
         record = server.client().run(code=read)
         key = record["stdout"].strip().encode()
         assert record["status"] == "succeeded" and len(key) >= 16, record
-        parents = [
-            p.pid
-            for p in census.descendants(os.getpid())
-            if "zygote.py" in p.command and p.state != "Z"
-        ]
+        # this gateway's own parents (a kernel of another gateway may end while it is read)
+        backend = server.gateway.services.backend  # type: ignore[union-attr]
+        parents = [p.pid for p in backend.parents.values() if p.pid is not None and p.alive]
         assert parents, "no warm parent found"
         assert not [pid for pid in parents if _memory_holds(pid, key)]
     finally:

@@ -407,7 +407,10 @@ class StartCancelled(Exception):
 async def _unless_cancelled(
     start: Coroutine[Any, Any, dict[str, Any]], cancel: asyncio.Event
 ) -> dict[str, Any]:
-    """The sandbox's connection info; StartCancelled when `cancel` is set first."""
+    """The sandbox's connection info; StartCancelled when `cancel` is set first. A start
+    given up (cancelled, or this task cancelled) has ended when this returns: what it was
+    still making (a forked kernel whose answer was on its way) is then the sandbox's, for
+    the caller's `destroy()` to find; destroyed while the start went on, it was left."""
     task = asyncio.ensure_future(start)
     cancelled = asyncio.ensure_future(cancel.wait())
     try:
@@ -416,8 +419,12 @@ async def _unless_cancelled(
             return task.result()
         raise StartCancelled
     finally:
-        for future in (task, cancelled):
-            future.cancel()
+        cancelled.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # its failure is the caller's to tell, or nobody's: retrieved
         await asyncio.gather(task, cancelled, return_exceptions=True)
 
 

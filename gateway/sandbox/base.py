@@ -33,7 +33,10 @@ gateway's side, through descriptors (`staging.py`, `readback.py`): nothing but t
 ever runs inside a sandbox. A kernel's exit is watched once per sandbox, without holding a
 thread for the kernel's lifetime. `kill()` and `destroy()` are idempotent and must never
 raise for a sandbox that is already gone. Nothing a sandbox creates (process, container,
-socket file, temp folder, volume, mount) may outlive `destroy()`.
+socket file, temp folder, volume, mount) may outlive `destroy()`. `create()` and `start()`
+may be cancelled at any moment (a run's DELETE, shutdown): what they were making then (in a
+thread, or a forked kernel whose answer is on its way) is the sandbox's before the
+cancellation goes on (`to_the_end`), so that the `destroy()` that follows finds it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
@@ -292,3 +295,21 @@ class SandboxBackend(abc.ABC):
 
     async def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Called once by the gateway when it stops, after every sandbox was destroyed."""
+
+
+T = TypeVar("T")
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """`work`'s result. Cancelled meanwhile, this still waits for `work` to end before the
+    cancellation goes on: a thread goes on regardless, and a forked kernel is on its way
+    whatever the gateway does; `work` keeps what it made on the sandbox, for `destroy()`.
+    (A destruction that ran while the making went on would miss what came after it.)"""
+    running = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait([running])
+        if not running.cancelled():
+            running.exception()  # the cancellation is what the caller hears of, not this
+        raise

@@ -71,6 +71,7 @@ from gateway.sandbox.base import (
     ReadLimits,
     SandboxBackend,
     SandboxSpec,
+    to_the_end,
 )
 from gateway.sandbox.cgroup import Cgroup
 from gateway.sandbox.docker_events import ExitWatcher
@@ -333,7 +334,7 @@ class DockerBackend(SandboxBackend):
                 sandbox.workspace_fd = await asyncio.to_thread(
                     open_workspace, spec.workspace, identity.uid, identity.gid
                 )
-            await self.call(sandbox.create_blocking)
+            await to_the_end(self.call(sandbox.create_blocking))
             sandbox.exited = self.watcher.watch(sandbox.container.id)
         except BaseException:
             await sandbox.destroy()
@@ -502,7 +503,7 @@ class DockerSandbox(ExitingSandbox[int | None]):
 
     async def start(self) -> dict[str, Any]:
         try:
-            await self.backend.call(self.container.start)
+            await to_the_end(self.backend.call(self.container.start))
             self._started = True
         except docker.errors.APIError as exc:
             raise not_started(exc) from exc

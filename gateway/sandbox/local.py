@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from gateway.sandbox.base import (
     ReadLimits,
     SandboxBackend,
     SandboxSpec,
+    to_the_end,
 )
 from gateway.sandbox.cgroup import Cgroup, GroupedSandbox
 from gateway.sandbox.environment import EnvironmentCache, collect_local
@@ -257,39 +258,13 @@ class LocalBackend(SandboxBackend):
             raise
         sandbox = LocalSandbox(self, spec, root, identity)
         try:
-            await to_the_end(None, sandbox.prepare)
+            await to_the_end(asyncio.to_thread(sandbox.prepare))
             if self.features.cgroups:
-                limits = spec.limits
-                await to_the_end(
-                    sandbox.set_group,
-                    Cgroup.create,
-                    f"gateway-{sandbox.root.name}",
-                    limits.memory_bytes,
-                    limits.pids,
-                    limits.cpus,
-                )
+                await to_the_end(asyncio.to_thread(sandbox.make_group))
         except BaseException:
             await sandbox.destroy()
             raise
         return sandbox
-
-
-async def to_the_end(
-    keep: Callable[[Any], None] | None, fn: Callable[..., Any], *args: Any
-) -> None:
-    """`fn(*args)` in a thread, its result handed to `keep`. Cancelled, this still waits for
-    the thread (which goes on regardless) and keeps what it made, so that the sandbox's
-    destruction finds it: a cgroup or folder made after a cancelled start must not leak."""
-    running = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        result = await asyncio.shield(running)
-    except asyncio.CancelledError:
-        result = await running
-        if keep is not None:
-            keep(result)
-        raise
-    if keep is not None:
-        keep(result)
 
 
 class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
@@ -313,8 +288,12 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
         self._killed = False  # ended by kill(): no death to tell
         self._ended = False  # a kill() has run to its end
 
-    def set_group(self, group: Cgroup | None) -> None:
-        self.group = group
+    def make_group(self) -> None:
+        """Make the sandbox's cgroup, with its limits (blocking; None: none could be made)."""
+        limits = self.spec.limits
+        self.group = Cgroup.create(
+            f"gateway-{self.root.name}", limits.memory_bytes, limits.pids, limits.cpus
+        )
 
     def prepare(self) -> None:
         """Make the sandbox's folders (blocking)."""

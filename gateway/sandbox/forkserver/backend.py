@@ -47,6 +47,7 @@ from gateway.sandbox.base import (
     ReadLimits,
     SandboxBackend,
     SandboxSpec,
+    to_the_end,
 )
 from gateway.sandbox.cgroup import Cgroup, GroupedSandbox
 from gateway.sandbox.docker import ETC_HOSTS
@@ -203,21 +204,9 @@ class ForkserverBackend(SandboxBackend):
                 sandbox.workspace_fd = await asyncio.to_thread(
                     open_workspace, spec.workspace, identity.uid, identity.gid
                 )
-            limits = spec.limits
-            name = f"gateway-{self.prefix}{secrets.token_hex(6)}"
-            making = asyncio.ensure_future(
-                asyncio.to_thread(
-                    Cgroup.create, name, limits.memory_bytes, limits.pids, limits.cpus
-                )
-            )
-            try:
-                group = await asyncio.shield(making)
-            except asyncio.CancelledError:  # the thread goes on: keep what it makes
-                sandbox.group = await making
-                raise
-            if group is None:
+            await to_the_end(asyncio.to_thread(sandbox.make_group))
+            if sandbox.group is None:
                 raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
-            sandbox.group = group
         except BaseException:
             await sandbox.destroy()
             raise
@@ -300,14 +289,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
             fds.append(self._private())  # always the last
             # A start cancelled after the request went out still gets its answer: the kernel
             # it forked is then known, and killed with the sandbox (not left running)
-            spawning = asyncio.ensure_future(parent.spawn(request, fds))
-            try:
-                pid, folders, exited = await asyncio.shield(spawning)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    self.pid, folders, self.exited = await spawning
-                    self.work_fd, self.sock_fd, self.pidfd = folders
-                raise
+            await to_the_end(self._spawn(parent, request, fds))
         except OSError as exc:
             raise SandboxError(
                 f"The forked kernel's workspace could not be mounted: {exc}"
@@ -315,10 +297,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         finally:
             for fd in fds:
                 os.close(fd)
-        self.pid, self.exited = pid, exited
-        # the pidfd the parent opened before it answered (it reaps its kernels' pid 1, so
-        # that pid was not reused meanwhile): a kill through it never reaches another process
-        self.work_fd, self.sock_fd, self.pidfd = folders
+        assert self.pidfd is not None and self.exited is not None
         asyncio.get_running_loop().add_reader(self.pidfd, self._on_pidfd)
         sockets = f"/proc/self/fd/{self.sock_fd}"
         try:
@@ -326,12 +305,25 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
                 f"{sockets}/.",  # the folder itself, not the link to it (opened O_NOFOLLOW)
                 "s",
                 self.identity.uid,
-                asyncio.shield(exited),
+                asyncio.shield(self.exited),
                 self.backend.config.kernel_start_timeout,
             )
         except SandboxError as exc:
             raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
         return connection_info(f"{sockets}/s", self.key)
+
+    async def _spawn(self, parent: Parent, request: dict[str, Any], fds: list[int]) -> None:
+        """Have the parent fork the kernel; keep what it answers on the sandbox."""
+        self.pid, folders, self.exited = await parent.spawn(request, fds)
+        # the pidfd the parent opened before it answered (it reaps its kernels' pid 1, so
+        # that pid was not reused meanwhile): a kill through it never reaches another process
+        self.work_fd, self.sock_fd, self.pidfd = folders
+
+    def make_group(self) -> None:
+        """Make the kernel's cgroup, with its limits (blocking; None: none could be made)."""
+        limits = self.spec.limits
+        name = f"gateway-{self.backend.prefix}{secrets.token_hex(6)}"
+        self.group = Cgroup.create(name, limits.memory_bytes, limits.pids, limits.cpus)
 
     def _on_pidfd(self) -> None:
         """The kernel's pid 1 ended. Its parent tells how (`exited`), unless the parent

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import SandboxError
+from gateway.sandbox.base import to_the_end
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,8 @@ class Parent:
     async def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.restarts += 1
-        try:
-            self.process = await asyncio.to_thread(self._popen, theirs.fileno())
+        try:  # cancelled, the process is still this parent's when it is made (`_stop`)
+            await to_the_end(asyncio.to_thread(self._popen, theirs.fileno()))
         finally:
             theirs.close()
         ours.setblocking(False)
@@ -132,9 +133,9 @@ class Parent:
             ) from exc
         log.info("forkserver: %s parent ready (pid %s)", self.kind, self.pid)
 
-    def _popen(self, fd: int) -> subprocess.Popen[bytes]:
+    def _popen(self, fd: int) -> None:
         with open(self.log_path, "ab") as logfile:
-            return subprocess.Popen(
+            self.process = subprocess.Popen(
                 self.command(fd),
                 stdin=subprocess.DEVNULL,
                 stdout=logfile,
