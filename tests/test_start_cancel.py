@@ -1,6 +1,7 @@
 """A kernel start given up at any moment leaves nothing behind, on every backend: a run
 cancelled while its kernel starts (DELETE, a drain's deadline: `cancel` is set) and a start
-whose task is cancelled (shutdown cancels the pools' refiller mid-start).
+whose task is cancelled (shutdown cancels the pools' refiller mid-start), and one cancelled
+again and again (a shutdown's cancel on top of a run's, while the first is waited out).
 
 The moment matters (a forked kernel whose answer is on its way when the start is given up
 was left running, with its cgroup, after the gateway stopped), and no moment can be chosen
@@ -42,6 +43,9 @@ async def _give_up_after(server: GatewayThread, delay: float, how: str) -> str:
     )
     loop = asyncio.get_running_loop()
     loop.call_later(delay, cancel.set if how == "event" else start.cancel)
+    if how == "again":  # while the first cancellation waits for what the start was making
+        for later in (0.002, 0.01, 0.03):
+            loop.call_later(delay + later, start.cancel)
     try:
         session = await start
     except StartCancelled:
@@ -68,7 +72,7 @@ def _held() -> list[str]:
     return sorted(held)
 
 
-@pytest.mark.parametrize("how", ["event", "task"])
+@pytest.mark.parametrize("how", ["event", "task", "again"])
 def test_a_start_given_up_at_any_moment_leaves_nothing(backend_name: str, how: str) -> None:
     server = start_gateway(backend_name)  # no pools: every start is the test's
     try:

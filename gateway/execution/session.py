@@ -25,7 +25,15 @@ from gateway.execution.kernel import KernelClient, OverLimit, Wire
 from gateway.execution.kernel_code import fence_code
 from gateway.models.common import Language
 from gateway.models.languages import LanguageTraits, traits
-from gateway.sandbox.base import Death, Limits, Sandbox, SandboxBackend, SandboxSpec
+from gateway.sandbox.base import (
+    Death,
+    Limits,
+    Sandbox,
+    SandboxBackend,
+    SandboxSpec,
+    to_the_end,
+    wait_out,
+)
 from gateway.settings import Settings
 
 # "exited": the program ended the kernel itself (`Deno.exit(n)`), after all its output
@@ -80,14 +88,15 @@ class KernelSession:
         self._closed = False
 
     async def close(self) -> None:
-        """Close the client and destroy the sandbox (idempotent)."""
+        """Close the client and destroy the sandbox (idempotent). Cancelled meanwhile, the
+        destruction still runs to its end: half of one would leave the rest."""
         if self._closed:
             return
         self._closed = True
         try:
             self.client.close()
         finally:
-            await self.sandbox.destroy()
+            await to_the_end(self.sandbox.destroy())
 
     async def run_cell(
         self,
@@ -373,7 +382,7 @@ async def _start_once(
         client = KernelClient(info, wire)
         session = KernelSession(sandbox, client, settings, spec.language)
     except BaseException:
-        await sandbox.destroy()
+        await to_the_end(sandbox.destroy())
         raise
     try:
         await _until_ready(session, settings.kernel_start_timeout, cancel)
@@ -422,10 +431,11 @@ async def _unless_cancelled(
         cancelled.cancel()
         if not task.done():
             task.cancel()
-            await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # its failure is the caller's to tell, or nobody's: retrieved
-        await asyncio.gather(task, cancelled, return_exceptions=True)
+        try:
+            await wait_out(task, cancelled)
+        finally:
+            if not task.cancelled():
+                task.exception()  # its failure is the caller's to tell, or nobody's: retrieved
 
 
 async def _until_ready(session: KernelSession, timeout: float, cancelled: asyncio.Event) -> None:

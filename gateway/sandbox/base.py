@@ -309,7 +309,22 @@ async def to_the_end(work: Awaitable[T]) -> T:
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
-        await asyncio.wait([running])
-        if not running.cancelled():
-            running.exception()  # the cancellation is what the caller hears of, not this
+        try:
+            await wait_out(running)
+        finally:
+            if not running.cancelled():
+                running.exception()  # the cancellation is what the caller hears of, not this
         raise
+
+
+async def wait_out(*work: asyncio.Future[Any]) -> None:
+    """Wait until all of `work` is done, however often this task is cancelled meanwhile (a
+    shutdown's cancel on top of a run's); then raise CancelledError if it was."""
+    interrupted = False
+    while not all(w.done() for w in work):
+        try:
+            await asyncio.wait(work)
+        except asyncio.CancelledError:
+            interrupted = True
+    if interrupted:
+        raise asyncio.CancelledError
