@@ -20,13 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from gateway.budget import Quota
 from gateway.models.record import RunRecord
-from gateway.store.base import RecordQuota, RecordStore
+from gateway.store.base import RecordStore
 from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
-QUOTA = RecordQuota(records=1000, bytes=1 << 30)
+QUOTA = Quota(count=1000, bytes=1 << 30)
 
 
 async def one_run(store: RecordStore, index: int) -> float:

@@ -12,6 +12,9 @@ its `with` block. A single taking larger than the whole budget (or the key's sha
 through only when nothing else of that scope is held, so a caller that bounds its own items
 (a body by `max_body_bytes`, a message by the kernel message bound) always progresses, and
 the total stays within the budget plus one such item.
+
+A `Quota` is the other kind of budget: what one user may keep (records, uploads), counted
+in items and bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import collections
 import contextlib
 import dataclasses
 from collections.abc import Hashable
-from types import TracebackType
 
 
 @dataclasses.dataclass
@@ -163,10 +165,17 @@ class Hold:
     def __enter__(self) -> Hold:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    """What one user may keep: at most `count` items of at most `bytes` in all."""
+
+    count: int
+    bytes: int
+
+    def allows(self, count: int, nbytes: int) -> bool:
+        """Whether `count` items of `nbytes` in all are within the quota."""
+        return count <= self.count and nbytes <= self.bytes

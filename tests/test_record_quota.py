@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.budget import Quota
 from gateway.models.record import RunRecord
-from gateway.store.base import RecordQuota
 from gateway.store.sqlite import SQLiteStore
 from tests.conftest import BACKENDS, start_gateway
 from tests.support import Client, GatewayThread, serving
@@ -105,7 +105,7 @@ def test_a_data_dir_of_an_older_gateway_gets_sizes(tmp_path: Path) -> None:
         await store.open()
         try:
             new = RunRecord(id="run_new", language="python", user="dan", status="succeeded")
-            finished = await store.finish(new, RecordQuota(records=10, bytes=30_000))
+            finished = await store.finish(new, Quota(count=10, bytes=30_000))
             return await store.get("run_old"), await store.get("run_new"), finished.evicted
         finally:
             await store.close()

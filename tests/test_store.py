@@ -16,9 +16,10 @@ import psycopg
 import pytest
 
 from gateway import settings as settings_module
+from gateway.budget import Quota
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
-from gateway.store.base import RecordQuota, RecordStore
+from gateway.store.base import RecordStore
 from gateway.store.instance import InstanceTaken, instance_lock_key
 from gateway.store.migrate import migrations
 from gateway.store.postgres import PostgresStore
@@ -90,7 +91,7 @@ def test_update_finish_and_the_quota_of_finished_records(make: Make) -> None:
         evicted = []
         for i in (1, 2, 3):
             finished = await store.finish(
-                record(f"run_{i}", status="succeeded"), RecordQuota(records=3, bytes=10**9)
+                record(f"run_{i}", status="succeeded"), Quota(count=3, bytes=10**9)
             )
             evicted.append(finished.evicted)
         # four records, at most three: nothing finished to delete at first (the one just
@@ -366,9 +367,8 @@ def shelves(request: pytest.FixtureRequest) -> Iterator[Callable[[float], Any]]:
 def test_an_upload_is_kept_found_read_and_its_users_oldest_make_room(
     shelves: Callable[[float], Any],
 ) -> None:
-    from gateway.uploads.quota import UploadQuota
 
-    quota = UploadQuota(uploads=2, bytes=10**6)
+    quota = Quota(count=2, bytes=10**6)
 
     async def main() -> None:
         async with shelves(3600.0) as shelf:
@@ -386,7 +386,7 @@ def test_an_upload_is_kept_found_read_and_its_users_oldest_make_room(
             assert await shelf.find(first.id) is None and await shelf.read(first.id) is None
             assert await shelf.read(third.id) == b"three"
             assert await shelf.read(bobs.id) == b"bob"  # nobody else's
-            big = UploadQuota(uploads=10, bytes=8)
+            big = Quota(count=10, bytes=8)
             await shelf.keep("ann", b"12345678", 1, 8, big)  # alone it fits the bytes
             assert await shelf.find(second.id) is None and await shelf.find(third.id) is None
             assert await shelf.find("upl_" + "0" * 32) is None
@@ -401,13 +401,12 @@ def test_an_upload_is_kept_found_read_and_its_users_oldest_make_room(
 def test_the_upload_quota_holds_across_replicas_uploading_at_once(dsn: str) -> None:
     """Two replicas, 20 uploads of one user at once, at most 3 kept: 3 remain (without the
     per-user lock, concurrent keeps each see room: checked by removing it: 5 remained)."""
-    from gateway.uploads.quota import UploadQuota
 
     settings = settings_module.load(environ={})
 
     async def main(a: PostgresStore, b: PostgresStore) -> None:
         shelves = [a.upload_shelf(settings), b.upload_shelf(settings)]
-        quota = UploadQuota(uploads=3, bytes=10**6)
+        quota = Quota(count=3, bytes=10**6)
         await asyncio.gather(
             *(shelves[i % 2].keep("ann", b"x" * 10, 1, 10, quota) for i in range(20))
         )

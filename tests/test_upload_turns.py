@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from gateway import settings as settings_module
+from gateway.budget import Quota
 from gateway.errors import CapacityExceeded
-from gateway.uploads.quota import UploadQuota
 from gateway.uploads.service import UploadService
 from gateway.uploads.shelf import Upload, UploadShelf, new_upload_id
 
@@ -38,7 +38,7 @@ class HeldShelf(UploadShelf):
         self.changed = asyncio.Condition()
 
     async def keep(
-        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota
+        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
     ) -> Upload:
         async with self.changed:
             self.keeping.append(user)

@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Awaitable
 
-from gateway.budget import Hold
+from gateway.budget import Hold, Quota
 from gateway.errors import (
     CapacityExceeded,
     GatewayError,
@@ -35,7 +35,7 @@ from gateway.runs.bounds import bound_record
 from gateway.runs.slots import RunSlots
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
-from gateway.store.base import UNFINISHED, RecordQuota, RecordStore
+from gateway.store.base import UNFINISHED, RecordStore
 from gateway.uploads.service import UploadService
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -293,8 +293,8 @@ class RunService:
 
     async def _keep(self, record: RunRecord) -> None:
         """Store a final record within its owner's quota (their oldest records make room)."""
-        quota = RecordQuota(
-            records=self.settings.max_records_per_user,
+        quota = Quota(
+            count=self.settings.max_records_per_user,
             bytes=self.settings.max_record_store_bytes_per_user,
         )
         for attempt in range(STORE_RETRIES + 1):

@@ -42,19 +42,12 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
+from gateway.budget import Quota
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
 from gateway.uploads.shelf import UploadShelf
 
 UNFINISHED = ("queued", "running")
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordQuota:
-    """What one user may keep: at most `records` records of at most `bytes` in all."""
-
-    records: int
-    bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +204,7 @@ class RecordStore(abc.ABC):
         """Store the progress of an unfinished run this replica owns (False: not ours)."""
 
     @abc.abstractmethod
-    async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
+    async def finish(self, record: RunRecord, quota: Quota | None = None) -> Finished:
         """Store a run's final record; with a quota, delete the owner's oldest finished
         records while they keep more than it allows."""
 

@@ -38,18 +38,11 @@ import psycopg
 import psycopg_pool
 from psycopg import conninfo
 
+from gateway.budget import Quota
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
-from gateway.store.base import (
-    Finished,
-    InvalidPosition,
-    Listed,
-    RecordQuota,
-    RecordStore,
-    Renewal,
-    RunQuery,
-)
+from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, Renewal, RunQuery
 from gateway.store.migrate import migrate
 from gateway.store.records import dump, encode, load, summary, summary_of_stored
 from gateway.uploads.shelf import UploadShelf
@@ -241,7 +234,7 @@ class PostgresStore(RecordStore):
             )
             return cursor.rowcount > 0
 
-    async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
+    async def finish(self, record: RunRecord, quota: Quota | None = None) -> Finished:
         payload = await dump(record)
         async with self.connection() as conn:
             await lock_user(conn, RUNS_LOCK, record.user)
@@ -411,13 +404,13 @@ async def _one(cursor: psycopg.AsyncCursor[Any]) -> Any:
     return row
 
 
-async def _enforce(conn: Conn, user: str, keep: str, quota: RecordQuota) -> int:
+async def _enforce(conn: Conn, user: str, keep: str, quota: Quota) -> int:
     """Delete `user`'s oldest finished records (never `keep`) until within `quota`."""
     cursor = await conn.execute(
         "SELECT count(*), COALESCE(sum(size), 0) FROM runs WHERE owner = %s", (user,)
     )
     count, total = (int(v) for v in await _one(cursor))
-    if count <= quota.records and total <= quota.bytes:
+    if quota.allows(count, total):
         return 0
     cursor = await conn.execute(
         "SELECT id, size FROM runs WHERE owner = %s AND id != %s "
@@ -426,7 +419,7 @@ async def _enforce(conn: Conn, user: str, keep: str, quota: RecordQuota) -> int:
     )
     doomed: list[str] = []
     async for run_id, size in cursor:
-        if count <= quota.records and total <= quota.bytes:
+        if quota.allows(count, total):
             break
         doomed.append(str(run_id))
         count -= 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.budget import Quota
 from gateway.store.postgres import UPLOADS_LOCK, PostgresStore, lock_user
-from gateway.uploads.quota import UploadQuota
 from gateway.uploads.shelf import Upload, UploadShelf, new_upload_id
 
 _COLUMNS = "id, owner, extract(epoch FROM created), entries, unpacked_bytes, size"
@@ -25,7 +25,7 @@ class PostgresShelf(UploadShelf):
         self.max_parallel = store.upload_connections
 
     async def keep(
-        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota
+        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
     ) -> Upload:
         async with self.store.connection() as conn:
             await lock_user(conn, UPLOADS_LOCK, user)
@@ -40,7 +40,7 @@ class PostgresShelf(UploadShelf):
             kept = [(str(row[0]), int(row[1])) for row in await cursor.fetchall()]
             count, total = len(kept) + 1, sum(size for _, size in kept) + len(data)
             doomed: list[str] = []
-            while kept and (count > quota.uploads or total > quota.bytes):
+            while kept and (not quota.allows(count, total)):
                 oldest, size = kept.pop(0)
                 doomed.append(oldest)
                 count -= 1

@@ -7,7 +7,7 @@ would fail the first one's runs as leftovers at its start) is refused.
 sqlite3 is synchronous: every call runs on one dedicated thread, which also serialises
 access to the single connection.
 
-Records are kept for `record_ttl`, and each user may keep at most a `RecordQuota` of them
+Records are kept for `record_ttl`, and each user may keep at most a `Quota` of them
 (a count and a total size). When a finished record would pass it, the user's **oldest
 finished records are deleted** to make room; records of runs still queued or running are
 never deleted. Refusing new runs instead would let a user's own past flood lock them out
@@ -26,16 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.budget import Quota
 from gateway.models.record import RunRecord
 from gateway.settings import Settings
-from gateway.store.base import (
-    Finished,
-    InvalidPosition,
-    Listed,
-    RecordQuota,
-    RecordStore,
-    RunQuery,
-)
+from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, RunQuery
 from gateway.store.instance import FileLock
 from gateway.store.records import decode, dump, encode, load, summary, summary_of_stored
 from gateway.uploads.disk import DiskShelf
@@ -157,11 +151,11 @@ class SQLiteStore(RecordStore):
         await self._call(self._put, await _row(record))
         return True
 
-    async def finish(self, record: RunRecord, quota: RecordQuota | None = None) -> Finished:
+    async def finish(self, record: RunRecord, quota: Quota | None = None) -> Finished:
         evicted: int = await self._call(self._put, await _row(record), quota)
         return Finished(evicted=evicted)
 
-    def _put(self, row: _Row, quota: RecordQuota | None = None) -> int:
+    def _put(self, row: _Row, quota: Quota | None = None) -> int:
         self._conn().execute(
             "INSERT INTO runs (id, user, status, created, record, size, language, summary) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
@@ -182,13 +176,13 @@ class SQLiteStore(RecordStore):
             return 0
         return self._enforce(row.user, row.id, quota)
 
-    def _enforce(self, user: str, keep: str, quota: RecordQuota) -> int:
+    def _enforce(self, user: str, keep: str, quota: Quota) -> int:
         """Delete `user`'s oldest finished records (never `keep`) until within `quota`."""
         db = self._conn()
         count, total = db.execute(
             "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs WHERE user = ?", (user,)
         ).fetchone()
-        if count <= quota.records and total <= quota.bytes:
+        if quota.allows(count, total):
             return 0
         oldest = db.execute(
             "SELECT id, size FROM runs WHERE user = ? AND id != ? "
@@ -197,7 +191,7 @@ class SQLiteStore(RecordStore):
         )
         doomed: list[tuple[str]] = []
         for run_id, size in oldest:
-            if count <= quota.records and total <= quota.bytes:
+            if quota.allows(count, total):
                 break
             doomed.append((run_id,))
             count -= 1

@@ -18,7 +18,8 @@ import secrets
 import time
 from pathlib import Path
 
-from gateway.uploads.quota import Kept, UploadLedger, UploadQuota
+from gateway.budget import Quota
+from gateway.uploads.quota import Kept, UploadLedger
 from gateway.uploads.shelf import UPLOAD_ID, Upload, UploadShelf, new_upload_id
 
 
@@ -30,7 +31,7 @@ class DiskShelf(UploadShelf):
         self._lock = asyncio.Lock()  # keeping (and deleting to make room) one at a time
 
     async def keep(
-        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota
+        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
     ) -> Upload:
         async with self._lock:
             return await asyncio.to_thread(self._keep, user, data, entries, unpacked_bytes, quota)
@@ -47,7 +48,7 @@ class DiskShelf(UploadShelf):
     # --- in a thread ------------------------------------------------------------------
 
     def _keep(
-        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota
+        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
     ) -> Upload:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._sweep()

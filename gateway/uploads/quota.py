@@ -21,11 +21,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-
-@dataclasses.dataclass(frozen=True)
-class UploadQuota:
-    uploads: int
-    bytes: int
+from gateway.budget import Quota
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +61,7 @@ class UploadLedger:
         return by_user
 
     def make_room(
-        self, user: str, size: int, quota: UploadQuota, alive: Callable[[Kept], bool]
+        self, user: str, size: int, quota: Quota, alive: Callable[[Kept], bool]
     ) -> list[Kept]:
         """The user's oldest uploads to delete so that one more of `size` bytes fits the
         quota (never more than all of them); forgets them and the ones no longer `alive`."""
@@ -73,7 +69,7 @@ class UploadLedger:
         kept = [k for k in by_user.get(user, []) if alive(k)]
         count, total = len(kept) + 1, sum(k.size for k in kept) + size
         doomed: list[Kept] = []
-        while kept and (count > quota.uploads or total > quota.bytes):
+        while kept and (not quota.allows(count, total)):
             oldest = kept.pop(0)
             doomed.append(oldest)
             count -= 1

@@ -3,7 +3,7 @@
 the user who uploaded it, and deleted `upload_ttl` seconds after the upload.
 
 A run that names the upload unpacks it again, with the same checks against the limits of
-that moment. Each user keeps at most an `UploadQuota` of uploads: a new one deletes their
+that moment. Each user keeps at most an `Quota` of uploads: a new one deletes their
 oldest past it (`quota.py`).
 
 Checking and keeping an upload takes a thread for seconds and, with PostgreSQL, one of the
@@ -23,11 +23,10 @@ import contextlib
 import io
 from collections.abc import AsyncIterator
 
-from gateway.budget import ByteBudget
+from gateway.budget import ByteBudget, Quota
 from gateway.errors import CapacityExceeded, NotFound
 from gateway.settings import Settings
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
-from gateway.uploads.quota import UploadQuota
 from gateway.uploads.shelf import UPLOAD_ID, Upload, UploadShelf, new_upload_id
 
 __all__ = ["UPLOAD_ID", "Upload", "UploadService", "new_upload_id"]
@@ -39,8 +38,8 @@ class UploadService:
     def __init__(self, settings: Settings, shelf: UploadShelf) -> None:
         self.settings = settings
         self.shelf = shelf
-        self.quota = UploadQuota(
-            uploads=settings.max_uploads_per_user, bytes=settings.max_upload_store_bytes_per_user
+        self.quota = Quota(
+            count=settings.max_uploads_per_user, bytes=settings.max_upload_store_bytes_per_user
         )
         at_once = settings.max_concurrent_uploads
         if shelf.max_parallel is not None:

@@ -4,7 +4,7 @@
 Two shelves: `DiskShelf` (`disk.py`: files under the data dir, beside the SQLite record
 store) and `PostgresShelf` (`gateway/store/postgres_uploads.py`: a table of the PostgreSQL
 store, so that every replica sees every upload and the per-user quota is decided in one
-place for the whole fleet). Both keep each user within an `UploadQuota` by deleting their
+place for the whole fleet). Both keep each user within an `Quota` by deleting their
 oldest uploads (`quota.py` says why), and forget uploads older than the TTL.
 """
 
@@ -16,7 +16,7 @@ import re
 import secrets
 from typing import Any
 
-from gateway.uploads.quota import UploadQuota
+from gateway.budget import Quota
 
 UPLOAD_ID = re.compile(r"upl_[0-9a-f]{32}")
 
@@ -49,7 +49,7 @@ class UploadShelf(abc.ABC):
 
     @abc.abstractmethod
     async def keep(
-        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: UploadQuota
+        self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
     ) -> Upload:
         """Keep `data` for `user` as a new upload; first delete the user's oldest uploads
         while one more would not fit `quota` (never more than all of them)."""
