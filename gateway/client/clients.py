@@ -13,7 +13,6 @@ import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import httpx2
@@ -78,12 +77,7 @@ class GatewayClient(BaseGatewayClient):
     def __enter__(self) -> GatewayClient:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _send(self, call: Call[T]) -> T:

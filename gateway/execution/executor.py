@@ -26,6 +26,7 @@ finishes), for those who watch it; nothing of the layers above is called from he
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,29 +45,25 @@ from gateway.sandbox.base import ReadLimits, SandboxSpec
 from gateway.settings import Settings
 
 
+@dataclasses.dataclass(eq=False)
 class Execution:
     """One run of a `Program`; see the module docstring. `cancel` is the run's own signal
     (set by the service on a cancel; read here, never set)."""
 
-    def __init__(
-        self,
-        program: Program,
-        record: RunRecord,
-        pools: Pools,
-        settings: Settings,
-        cancel: asyncio.Event,
-        events: RunEvents | None = None,
-    ) -> None:
-        self.program = program
-        self.record = record
-        self.pools = pools
-        self.settings = settings
-        self.cancel = cancel
-        self.events = events if events is not None else RunEvents()
-        self.result = RunResult(settings, program)
-        self._session: KernelSession | None = None
-        self._cpu_before: int | None = None  # the sandbox's CPU when the run's code began
-        self._index = 0  # the cell being run, for its events
+    program: Program
+    record: RunRecord
+    pools: Pools
+    settings: Settings
+    cancel: asyncio.Event
+    events: RunEvents = dataclasses.field(default_factory=RunEvents)
+    result: RunResult = dataclasses.field(init=False)
+    _session: KernelSession | None = dataclasses.field(default=None, init=False)
+    # the sandbox's CPU when the run's code began
+    _cpu_before: int | None = dataclasses.field(default=None, init=False)
+    _index: int = dataclasses.field(default=0, init=False)  # the cell being run, for its events
+
+    def __post_init__(self) -> None:
+        self.result = RunResult(self.settings, self.program)
 
     async def run(self, files: Sequence[StagedFile]) -> RunRecord:
         """Run the program and finish the record (see the module docstring). Raises the

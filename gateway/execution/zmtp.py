@@ -29,6 +29,7 @@ peer falls back to it (RFC 37: the lower version wins).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Hashable, Sequence
 from typing import Literal
 
@@ -92,26 +93,19 @@ class Meter:
         self.ceiling = self.total + nbytes
 
 
+@dataclasses.dataclass(eq=False)
 class Channel:
     """One connected channel to a kernel; `open_channel` makes one."""
 
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        meter: Meter,
-        budget: ByteBudget,
-        max_message_bytes: int,
-        key: Hashable,
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
-        self.meter = meter
-        self.budget = budget
-        self.max_message_bytes = max_message_bytes
-        self.key = key
-        self._holds: list[Hold] = []
-        self.broken = False  # closed, a protocol error, or past the ceiling mid-message
+    _reader: asyncio.StreamReader
+    _writer: asyncio.StreamWriter
+    meter: Meter
+    budget: ByteBudget
+    max_message_bytes: int
+    key: Hashable
+    _holds: list[Hold] = dataclasses.field(default_factory=list, init=False)
+    # closed, a protocol error, or past the ceiling mid-message
+    broken: bool = dataclasses.field(default=False, init=False)
 
     # --- receiving --------------------------------------------------------------------
 

@@ -264,6 +264,11 @@ class SandboxBackend(abc.ABC):
         self.config = config
         self.context = context
 
+    @property
+    def instance_id(self) -> str:
+        """This gateway's id: what the backend makes is named or labelled with it."""
+        return self.context.instance_id
+
     @classmethod
     async def probe(cls, config: Any) -> tuple[bool, str]:
         """Whether this backend can run on this machine, and why (a clause for the log

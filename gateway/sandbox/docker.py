@@ -61,6 +61,7 @@ import docker
 from gateway.errors import SandboxError
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
+from gateway.sandbox import kernelspec
 from gateway.sandbox.base import (
     BackendContext,
     Death,
@@ -76,14 +77,6 @@ from gateway.sandbox.base import (
 from gateway.sandbox.cgroup import Cgroup
 from gateway.sandbox.docker_events import ExitWatcher
 from gateway.sandbox.environment import EnvironmentCache, read_from_image
-from gateway.sandbox.kernelspec import (
-    connection_info,
-    kernel_argv,
-    kernel_env,
-    log_tail,
-    new_key,
-    write_connection_file,
-)
 from gateway.sandbox.mounts import bind_fd, mount_tmpfs, remove_tree
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
@@ -185,7 +178,6 @@ class DockerBackend(SandboxBackend):
         super().__init__(config, context)
         self.config: DockerConfig = config
         self.tenancy = Tenancy(config.tenancy, context.multi_user)
-        self.instance_id = context.instance_id
         self.prefix = f"gw{self.instance_id[:6]}-"
         workers = config.max_concurrent_runs * 2 + 4
         self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="docker")
@@ -354,7 +346,7 @@ class DockerSandbox(ExitingSandbox[int | None]):
         self.container: Any = None
         self.socket_dir = self.host_dir / "sock"
         self.work_dir: Path | None = None  # the working folder's tmpfs, without a workspace
-        self.key = new_key()
+        self.key = kernelspec.new_key()
         self.workspace_fd: int | None = None
         self.workspace_mount: Path | None = None
         self.exited: asyncio.Future[int | None] | None = None
@@ -391,8 +383,8 @@ class DockerSandbox(ExitingSandbox[int | None]):
             self.work_dir = self.host_dir / "work"
             self._tmpfs(self.work_dir, f"size={limits.workdir_bytes},{ids},mode=0755")
             mounts.append(Mount(WORKDIR, str(self.work_dir), type="bind"))
-        info = connection_info(f"{SOCKET_DIR}/s", self.key)
-        write_connection_file(self.host_dir / "connection.json", info)
+        info = kernelspec.connection_info(f"{SOCKET_DIR}/s", self.key)
+        kernelspec.write_connection_file(self.host_dir / "connection.json", info)
         mounts.append(
             Mount(
                 CONNECTION_FILE, str(self.host_dir / "connection.json"), type="bind", read_only=True
@@ -405,12 +397,12 @@ class DockerSandbox(ExitingSandbox[int | None]):
                 self._etc_file("hosts", ETC_HOSTS),
                 self._etc_file("hostname", hostname + "\n"),
             ]
-        env = kernel_env("/tmp", {}, IMAGE_PATH)
+        env = kernelspec.kernel_env("/tmp", {}, IMAGE_PATH)
         env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
         env.update(self.spec.env)
         # The kernel's own stdout/stderr (not the user's: those go over ZMQ) land in a file
         # on the 1 MiB socket tmpfs: bounded, and readable when the kernel dies.
-        argv = kernel_argv(self.spec.language, "python", CONNECTION_FILE)
+        argv = kernelspec.kernel_argv(self.spec.language, "python", CONNECTION_FILE)
         logged = ["/bin/sh", "-c", f'exec "$@" >>{SOCKET_DIR}/{KERNEL_LOG} 2>&1', "sh", *argv]
         api = self.backend.client.api
         host_config = api.create_host_config(
@@ -527,7 +519,7 @@ class DockerSandbox(ExitingSandbox[int | None]):
                 raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
             raise
         await cgroup  # an engine that fails the inspect fails the start, as before
-        return connection_info(f"{socket_dir}/s", self.key)
+        return kernelspec.connection_info(f"{socket_dir}/s", self.key)
 
     async def _find_cgroup(self) -> None:
         try:
@@ -539,7 +531,7 @@ class DockerSandbox(ExitingSandbox[int | None]):
 
     def _log_tail(self) -> str:
         """The end of the kernel's own output (never through a link the kernel made)."""
-        return log_tail(self.socket_dir / KERNEL_LOG) if self._started else ""
+        return kernelspec.log_tail(self.socket_dir / KERNEL_LOG) if self._started else ""
 
     def _inspect(self) -> dict[str, Any]:
         self.container.reload()

@@ -42,6 +42,7 @@ from gateway.errors import SandboxError
 from gateway.models.languages import traits
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
+from gateway.sandbox import kernelspec
 from gateway.sandbox.base import (
     BackendContext,
     Death,
@@ -54,13 +55,6 @@ from gateway.sandbox.base import (
 )
 from gateway.sandbox.cgroup import Cgroup, GroupedSandbox
 from gateway.sandbox.environment import EnvironmentCache, collect_local
-from gateway.sandbox.kernelspec import (
-    connection_info,
-    kernel_argv,
-    kernel_env,
-    new_key,
-    write_connection_file,
-)
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
@@ -188,7 +182,6 @@ class LocalBackend(SandboxBackend):
         super().__init__(config, context)
         self.config: LocalConfig = config
         self.multi_user = context.multi_user
-        self.instance_id = context.instance_id
         self.prefix = f"gw{self.instance_id[:6]}-"
         self.mpl_cache = config.data_dir / "mplcache"
         self.hidden_paths = list(context.private_paths)
@@ -426,10 +419,10 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
                 "backend runs it only in a network namespace of its own: that needs "
                 "bubblewrap and no `network`. Use the Docker backend otherwise."
             )
-        info = connection_info(str(self.kdir / "s"), new_key())
+        info = kernelspec.connection_info(str(self.kdir / "s"), kernelspec.new_key())
         connection_file = self.kdir / "connection.json"
-        write_connection_file(connection_file, info)
-        argv = kernel_argv(self.spec.language, sys.executable, str(connection_file))
+        kernelspec.write_connection_file(connection_file, info)
+        argv = kernelspec.kernel_argv(self.spec.language, sys.executable, str(connection_file))
         for attempt in range(1, BWRAP_ATTEMPTS + 1):
             self._launch(argv)
             assert self.exited is not None
@@ -491,7 +484,7 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
             fds.append(os.dup(self.work_fd))
             cwd = f"/proc/self/fd/{FIRST_FD + len(fds) - 1}"
         launcher = ["/bin/sh", "-c", _LAUNCHER, "sh", cwd, str(len(files)), *files, *command]
-        env = kernel_env(home, {}, _kernel_path())
+        env = kernelspec.kernel_env(home, {}, _kernel_path())
         env.update(
             {
                 "PYTHONPATH": str(_kernels_parent()),

@@ -38,6 +38,7 @@ from gateway.errors import SandboxError
 from gateway.models.languages import traits
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
+from gateway.sandbox import kernelspec
 from gateway.sandbox.base import (
     BackendContext,
     Death,
@@ -54,13 +55,6 @@ from gateway.sandbox.docker import ETC_HOSTS
 from gateway.sandbox.forkserver.parent import Parent
 from gateway.sandbox.forkserver.rootfs import image_layers, mount_rootfs, probe_rootfs
 from gateway.sandbox.forkserver.seccomp import write_filter
-from gateway.sandbox.kernelspec import (
-    connection_info,
-    kernel_argv,
-    kernel_env,
-    log_tail,
-    new_key,
-)
 from gateway.sandbox.mounts import clone_tree, remove_tree
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.sockets import secure_sockets
@@ -105,7 +99,6 @@ class ForkserverBackend(SandboxBackend):
         super().__init__(config, context)
         self.config: ForkserverConfig = config
         self.tenancy = Tenancy(config.tenancy, context.multi_user)
-        self.instance_id = context.instance_id
         self.prefix = f"gwfs{self.instance_id[:6]}-"
         self.state: Path | None = None
         self.parents: dict[str, Parent] = {}
@@ -236,7 +229,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         self.kind = kind
         self.group: Cgroup | None = None
         self.pid: int | None = None
-        self.key = new_key()
+        self.key = kernelspec.new_key()
         self.workspace_fd: int | None = None  # the workspace, opened when it was created
         self.work_fd: int | None = None
         self.sock_fd: int | None = None
@@ -248,7 +241,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
 
     def _request(self) -> dict[str, Any]:
         limits = self.spec.limits
-        argv = kernel_argv(self.spec.language, IMAGE_PYTHON, CONNECTION_FILE)
+        argv = kernelspec.kernel_argv(self.spec.language, IMAGE_PYTHON, CONNECTION_FILE)
         if self.kind in IMPORTED:
             argv = argv[4:]  # `python -P -m MODULE`: the parent has imported it
         return {
@@ -265,10 +258,10 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         """A memfd holding what is this kernel's alone (its connection with the HMAC key,
         its environment), handed to the parent as a descriptor it passes on unread: read
         only by the forked child, so no later kernel finds it in the parent's memory."""
-        env = kernel_env("/tmp", {}, IMAGE_PATH)
+        env = kernelspec.kernel_env("/tmp", {}, IMAGE_PATH)
         env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
         env.update(self.spec.env)
-        private = {"connection": connection_info("/run/kernel/s", self.key), "env": env}
+        private = {"connection": kernelspec.connection_info("/run/kernel/s", self.key), "env": env}
         fd = os.memfd_create("kernel-private", os.MFD_CLOEXEC)
         try:
             os.write(fd, json.dumps(private).encode())
@@ -310,7 +303,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
             )
         except SandboxError as exc:
             raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
-        return connection_info(f"{sockets}/s", self.key)
+        return kernelspec.connection_info(f"{sockets}/s", self.key)
 
     async def _spawn(self, parent: Parent, request: dict[str, Any], fds: list[int]) -> None:
         """Have the parent fork the kernel; keep what it answers on the sandbox."""
@@ -346,7 +339,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         return {"v2": False, "hierarchies": names}
 
     def _log_tail(self) -> str:
-        return "" if self.sock_fd is None else log_tail(KERNEL_LOG, dir_fd=self.sock_fd)
+        return "" if self.sock_fd is None else kernelspec.log_tail(KERNEL_LOG, dir_fd=self.sock_fd)
 
     async def kill(self) -> None:
         if self.exited is not None and not self.exited.done():
