@@ -14,11 +14,14 @@ import asyncio
 import contextlib
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 from gateway.execution.session import StartCancelled, limits_from, start_session
+from gateway.models.request import WorkspaceRef
 from gateway.sandbox.base import SandboxSpec
+from gateway.sandbox.uids import LEASE_DIR
 from tests import census
 from tests.conftest import start_gateway
 from tests.support import GatewayThread, wait_for
@@ -27,7 +30,9 @@ from tests.support import GatewayThread, wait_for
 MOMENTS = tuple(i * 0.006 for i in range(16))
 
 
-async def _give_up_after(server: GatewayThread, delay: float, how: str) -> str:
+async def _give_up_after(
+    server: GatewayThread, delay: float, how: str, workspace: WorkspaceRef | None = None
+) -> str:
     """Start a Python kernel and give up `delay` seconds in: what became of the start."""
     services = server.gateway.services
     assert services is not None
@@ -36,6 +41,7 @@ async def _give_up_after(server: GatewayThread, delay: float, how: str) -> str:
         run_id=f"cancel-{how}-{int(delay * 1000)}",
         language="python",
         limits=limits_from(server.settings),
+        workspace=workspace,
     )
     cancel = asyncio.Event()
     start = asyncio.ensure_future(
@@ -44,8 +50,8 @@ async def _give_up_after(server: GatewayThread, delay: float, how: str) -> str:
     loop = asyncio.get_running_loop()
     loop.call_later(delay, cancel.set if how == "event" else start.cancel)
     if how == "again":  # while the first cancellation waits for what the start was making
-        for later in (0.002, 0.01, 0.03):
-            loop.call_later(delay + later, start.cancel)
+        for later in range(1, 100):  # every millisecond: into every wait of the clean-up
+            loop.call_later(delay + later / 1000, start.cancel)
     try:
         session = await start
     except StartCancelled:
@@ -59,28 +65,38 @@ async def _give_up_after(server: GatewayThread, delay: float, how: str) -> str:
 
 
 def _held() -> list[str]:
-    """What this process (the gateways' and the tests') holds open of sandboxes: folders and
-    process descriptors (not sockets or pipes: HTTP connection pools grow as they like)."""
+    """What this process (the gateways' and the tests') holds open of sandboxes: folders,
+    process descriptors and uid leases (not sockets or pipes: HTTP connection pools grow as
+    they like)."""
     held = []
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
             target = os.readlink(f"/proc/self/fd/{fd}")
-            if target == "anon_inode:[pidfd]" or (
-                target.startswith("/") and os.path.isdir(f"/proc/self/fd/{fd}")
+            if (
+                target == "anon_inode:[pidfd]"
+                or target.startswith(f"{LEASE_DIR}/")
+                or (target.startswith("/") and os.path.isdir(f"/proc/self/fd/{fd}"))
             ):
                 held.append(target)
     return sorted(held)
 
 
-@pytest.mark.parametrize("how", ["event", "task", "again"])
-def test_a_start_given_up_at_any_moment_leaves_nothing(backend_name: str, how: str) -> None:
+@pytest.mark.parametrize("how", ["event", "task", "again", "workspace"])
+def test_a_start_given_up_at_any_moment_leaves_nothing(
+    backend_name: str, how: str, tmp_path: Path
+) -> None:
+    """Given up by the run's cancel event, by cancelling the start's task once, or again and
+    again; and a start with a workspace folder (opened first, in a thread: the moment 0 gives
+    up while it is opened), its task cancelled once."""
     server = start_gateway(backend_name)  # no pools: every start is the test's
+    workspace = WorkspaceRef(tmp_path, ("w",)) if how == "workspace" else None
     try:
-        assert server.call(_give_up_after(server, 60.0, how), timeout=120) == "started"
+        start = _give_up_after(server, 60.0, how, workspace)
+        assert server.call(start, timeout=120) == "started"
         before = _held()  # after one whole start: what a backend keeps open for good
         outcomes = []
         for delay in MOMENTS:
-            outcome = server.call(_give_up_after(server, delay, how), timeout=120)
+            outcome = server.call(_give_up_after(server, delay, how, workspace), timeout=120)
             outcomes.append(outcome)
             # everything the start made is gone when it returns or raises: no waiting
             assert census.census() == [], (delay, outcome)

@@ -322,14 +322,11 @@ class DockerBackend(SandboxBackend):
             identity.release()
             raise
         try:
-            if spec.workspace is not None:
-                sandbox.workspace_fd = await asyncio.to_thread(
-                    open_workspace, spec.workspace, identity.uid, identity.gid
-                )
+            await to_the_end(asyncio.to_thread(sandbox.open_workspace))
             await to_the_end(self.call(sandbox.create_blocking))
             sandbox.exited = self.watcher.watch(sandbox.container.id)
         except BaseException:
-            await sandbox.destroy()
+            await to_the_end(sandbox.destroy())
             raise
         return sandbox
 
@@ -367,6 +364,13 @@ class DockerSandbox(ExitingSandbox[int | None]):
                 f"The kernel's sandbox could not mount its {target.name} folder: {exc.strerror} "
                 "(the Docker backend needs root)."
             ) from exc
+
+    def open_workspace(self) -> None:
+        """Open the run's workspace, if it has one, as the kernel's uid (in a thread); the
+        descriptor is the sandbox's at once, for `destroy()` to close."""
+        if self.spec.workspace is not None:
+            uid, gid = self.identity.uid, self.identity.gid
+            self.workspace_fd = open_workspace(self.spec.workspace, uid, gid)
 
     def create_blocking(self) -> None:
         limits, config = self.spec.limits, self.config

@@ -255,7 +255,7 @@ class LocalBackend(SandboxBackend):
             if self.features.cgroups:
                 await to_the_end(asyncio.to_thread(sandbox.make_group))
         except BaseException:
-            await sandbox.destroy()
+            await to_the_end(sandbox.destroy())
             raise
         return sandbox
 

@@ -193,15 +193,12 @@ class ForkserverBackend(SandboxBackend):
         identity = await self.tenancy.identity(spec.workspace)
         sandbox = ForkserverSandbox(self, spec, identity, kernel if kernel in IMPORTED else "exec")
         try:
-            if spec.workspace is not None:
-                sandbox.workspace_fd = await asyncio.to_thread(
-                    open_workspace, spec.workspace, identity.uid, identity.gid
-                )
+            await to_the_end(asyncio.to_thread(sandbox.open_workspace))
             await to_the_end(asyncio.to_thread(sandbox.make_group))
             if sandbox.group is None:
                 raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
         except BaseException:
-            await sandbox.destroy()
+            await to_the_end(sandbox.destroy())
             raise
         return sandbox
 
@@ -311,6 +308,13 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         # the pidfd the parent opened before it answered (it reaps its kernels' pid 1, so
         # that pid was not reused meanwhile): a kill through it never reaches another process
         self.work_fd, self.sock_fd, self.pidfd = folders
+
+    def open_workspace(self) -> None:
+        """Open the run's workspace, if it has one, as the kernel's uid (in a thread); the
+        descriptor is the sandbox's at once, for `destroy()` to close."""
+        if self.spec.workspace is not None:
+            uid, gid = self.identity.uid, self.identity.gid
+            self.workspace_fd = open_workspace(self.spec.workspace, uid, gid)
 
     def make_group(self) -> None:
         """Make the kernel's cgroup, with its limits (blocking; None: none could be made)."""
