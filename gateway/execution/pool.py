@@ -249,11 +249,15 @@ class Pools:
         if session is None:
             return await self._start_cold(spec, cancel)
         default = limits_from(self.settings).memory_bytes
-        if spec.limits.memory_bytes < default and not await session.sandbox.set_memory_limit(
-            spec.limits.memory_bytes
-        ):  # this sandbox cannot lower its limit: the run gets a kernel of its own
-            self.discard(session)
-            return await self._start_cold(spec, cancel)
+        if spec.limits.memory_bytes < default:
+            try:
+                lowered = await session.sandbox.set_memory_limit(spec.limits.memory_bytes)
+            except BaseException:  # cancelled (or failed) with the kernel in no one's hands
+                self.discard(session)
+                raise
+            if not lowered:  # this sandbox cannot lower its limit: a kernel of the run's own
+                self.discard(session)
+                return await self._start_cold(spec, cancel)
         return session
 
     async def _start_cold(self, spec: SandboxSpec, cancel: asyncio.Event) -> KernelSession:
