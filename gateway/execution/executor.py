@@ -45,7 +45,7 @@ from gateway.sandbox.base import ReadLimits, SandboxSpec
 from gateway.settings import Settings
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, repr=False)  # its program is user code
 class Execution:
     """One run of a `Program`; see the module docstring. `cancel` is the run's own signal
     (set by the service on a cancel; read here, never set)."""

@@ -263,11 +263,7 @@ class SandboxBackend(abc.ABC):
     def __init__(self, config: Any, context: BackendContext) -> None:
         self.config = config
         self.context = context
-
-    @property
-    def instance_id(self) -> str:
-        """This gateway's id: what the backend makes is named or labelled with it."""
-        return self.context.instance_id
+        self.instance_id = context.instance_id  # names or labels what the backend makes
 
     @classmethod
     async def probe(cls, config: Any) -> tuple[bool, str]:
