@@ -366,11 +366,9 @@ class DockerSandbox(ExitingSandbox[int | None]):
             ) from exc
 
     def open_workspace(self) -> None:
-        """Open the run's workspace, if it has one, as the kernel's uid (in a thread); the
-        descriptor is the sandbox's at once, for `destroy()` to close."""
-        if self.spec.workspace is not None:
-            uid, gid = self.identity.uid, self.identity.gid
-            self.workspace_fd = open_workspace(self.spec.workspace, uid, gid)
+        """The run's workspace, opened as the kernel's uid (in a thread), is the sandbox's."""
+        if (workspace := self.spec.workspace) is not None:
+            self.workspace_fd = open_workspace(workspace, self.identity.uid, self.identity.gid)
 
     def create_blocking(self) -> None:
         limits, config = self.spec.limits, self.config

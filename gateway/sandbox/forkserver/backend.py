@@ -310,11 +310,9 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         self.work_fd, self.sock_fd, self.pidfd = folders
 
     def open_workspace(self) -> None:
-        """Open the run's workspace, if it has one, as the kernel's uid (in a thread); the
-        descriptor is the sandbox's at once, for `destroy()` to close."""
-        if self.spec.workspace is not None:
-            uid, gid = self.identity.uid, self.identity.gid
-            self.workspace_fd = open_workspace(self.spec.workspace, uid, gid)
+        """The run's workspace, opened as the kernel's uid (in a thread), is the sandbox's."""
+        if (workspace := self.spec.workspace) is not None:
+            self.workspace_fd = open_workspace(workspace, self.identity.uid, self.identity.gid)
 
     def make_group(self) -> None:
         """Make the kernel's cgroup, with its limits (blocking; None: none could be made)."""
