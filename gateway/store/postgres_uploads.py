@@ -40,7 +40,7 @@ class PostgresShelf(UploadShelf):
             kept = [(str(row[0]), int(row[1])) for row in await cursor.fetchall()]
             count, total = len(kept) + 1, sum(size for _, size in kept) + len(data)
             doomed: list[str] = []
-            while kept and (not quota.allows(count, total)):
+            while kept and not quota.allows(count, total):
                 oldest, size = kept.pop(0)
                 doomed.append(oldest)
                 count -= 1

@@ -69,7 +69,7 @@ class UploadLedger:
         kept = [k for k in by_user.get(user, []) if alive(k)]
         count, total = len(kept) + 1, sum(k.size for k in kept) + size
         doomed: list[Kept] = []
-        while kept and (not quota.allows(count, total)):
+        while kept and not quota.allows(count, total):
             oldest = kept.pop(0)
             doomed.append(oldest)
             count -= 1
