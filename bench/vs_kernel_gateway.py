@@ -37,6 +37,7 @@ import http.client
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -194,6 +195,7 @@ def measure_peer(python: Path, runs: int) -> dict[str, Any]:
     finally:
         server.terminate()
         server.wait(30)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def wait_for_port(port: int, timeout: float = 60) -> None:
@@ -255,6 +257,7 @@ class Gateway:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(120)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def timed_runs(gateway: Gateway, body: dict[str, Any], runs: int) -> list[float]:
