@@ -266,8 +266,8 @@ class Settings(BaseModel):
     sandbox_uids: int = setting(
         65536,
         "how many uids sandboxes take, one each while alive, from sandbox_uid + 1 up "
-        "(users' workspaces get one each above them; sandbox_uid itself runs admin folders "
-        "and workspaces without a quota)",
+        "(each user's workspace gets one of its own above them, with or without a quota; "
+        "sandbox_uid itself runs admin folders)",
         ge=1,
         le=2**31,
     )

@@ -1,15 +1,21 @@
 """Tenants against each other and the host, the leftovers of issue 20 (rows 6, 7 and 8 and
 the shared uid): a workspace's size, user names that shared a folder, what a local sandbox
-saw of other sandboxes and of the gateway, and per-uid kernel counters shared by all."""
+saw of other sandboxes and of the gateway, and per-uid kernel counters shared by all; and
+issue 29's row 6 (with issue 30's finding): every user's workspace runs as one uid."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -365,3 +371,164 @@ def test_a_workspace_a_dead_gateway_left_mounted_is_found_again(tmp_path: Path) 
     finally:
         server.stop()
     assert mount_source(ws / "local") is None and os.listdir(ws / "local") == []
+
+
+# --- issue 29 row 6, issue 30: every user's workspace runs as one uid ---------------------------
+
+# ann's run fills her uid's queue of pending signals (RLIMIT_SIGPENDING, counted per uid) and
+# holds it: a real-time signal, blocked, sent to its own thread until the queue is full.
+FILL_SIGNALS = r"""
+import os, signal, threading, time
+sig = signal.SIGRTMIN + 5
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+queued = 0
+try:
+    while queued < 1 << 20:
+        signal.pthread_kill(threading.get_ident(), sig)
+        queued += 1
+except BlockingIOError:
+    pass
+print(os.getuid(), queued, flush=True)
+time.sleep(300)
+"""
+PAIRS = 30
+# bob's bash kernel orders stdout and stderr by queueing a real-time signal per write
+# (kernels/bash/pipes.py): with a full queue it falls back to arrival order
+ALTERNATE = f"id -u\nfor i in $(seq 0 {PAIRS - 1}); do echo o$i; echo e$i >&2; done"
+
+
+@pytest.mark.parametrize("workspace_bytes", [0, QUOTA], ids=["plain", "images"])
+def test_users_in_their_workspaces_at_once_have_uids_of_their_own(
+    backend_name: str, tmp_path: Path, workspace_bytes: int
+) -> None:
+    """Row 6: with `--workspace-bytes 0` every workspace ran as `sandbox_uid`: ann's queued
+    signals left bob's bash run 5 parts of 61 in order. Issue 30: with images, every user
+    was once given the first uid."""
+    from gateway.settings import SANDBOX_ID
+
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
+    server = start_gateway(
+        backend_name,
+        tokens=tokens,
+        workspaces=tmp_path / "ws",
+        workspace_bytes=workspace_bytes,
+        workspace_inodes=4096,
+    )
+
+    async def both() -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {token_of['ann']}"}
+        async with connect(server.port, headers=headers) as stream:
+            run = {"type": "run", "ref": "a", "code": FILL_SIGNALS, "working_dir": "."}
+            stream.send({**run, "timeout": 300})
+            event = await stream.until(lambda e: e["type"] == "output", timeout=120)
+            assert event["ref"] == "a" and event["output"].get("name") == "stdout", event
+            bob = server.client(token_of["bob"])
+            record = await asyncio.to_thread(
+                bob.run, code=ALTERNATE, language="bash", working_dir="."
+            )
+            stream.send({"type": "cancel", "ref": "a"})
+            await stream.done("a")
+        return int(event["output"]["text"].split()[0]), record
+
+    try:
+        ann_uid, record = asyncio.run(both())
+    finally:
+        server.stop()
+    assert record["status"] == "succeeded", record
+    bob_uid = int(record["stdout"].split("\n", 1)[0])
+    assert ann_uid != bob_uid, (ann_uid, bob_uid)
+    for uid in (ann_uid, bob_uid):  # above the sandboxes' range
+        assert uid > SANDBOX_ID + 65536, uid
+    # ann's full signal queue is not bob's: his run's writes keep their order
+    streams = [(o["name"], o["text"]) for o in record["outputs"]]
+    pairs = [(name, f"{kind}{i}\n") for i in range(PAIRS) for name, kind in OUT_ERR]
+    assert streams == [("stdout", f"{bob_uid}\n" + pairs[0][1]), *pairs[1:]], streams
+
+
+OUT_ERR = (("stdout", "o"), ("stderr", "e"))
+
+
+def test_a_plain_workspace_keeps_its_users_uid_and_their_files(
+    backend_name: str, tmp_path: Path
+) -> None:
+    """Without quotas a user still has a uid of their own: what the old shared uid left in
+    their folder becomes theirs, and a gateway started again gives them the same uid, so
+    their later runs change and delete what the earlier ones left."""
+    from gateway.settings import SANDBOX_ID
+
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann")
+    ws = tmp_path / "ws"
+    (ws / "ann" / "old").mkdir(parents=True)
+    (ws / "ann" / "old" / "notes.txt").write_text("from before")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not ann's")
+    (ws / "ann" / "link").symlink_to(outside)  # a link the old uid left: never followed
+    for path in (ws / "ann", ws / "ann" / "old", ws / "ann" / "old" / "notes.txt", outside):
+        os.lchown(path, SANDBOX_ID, SANDBOX_ID)  # what the shared uid's runs left
+    os.lchown(ws / "ann" / "link", SANDBOX_ID, SANDBOX_ID)
+    write = (
+        "import os\n"
+        "open('old/notes.txt', 'a').write(' and after')\n"
+        "os.makedirs('d/e')\n"
+        "open('d/e/f.txt', 'w').write('1')\n"
+        "result = os.getuid()"
+    )
+    change = (
+        "import os, shutil\n"
+        "open('d/e/f.txt', 'a').write('2')\n"
+        "shutil.rmtree('old')\n"
+        "result = [os.getuid(), open('d/e/f.txt').read(), sorted(os.listdir('.'))]"
+    )
+    results = []
+    for code in (write, change):  # each by a gateway of its own: the second a restart
+        server = start_gateway(backend_name, tokens=tokens, workspaces=ws, workspace_bytes=0)
+        try:
+            record = server.client(token_of["ann"]).run(code=code, working_dir=".")
+        finally:
+            server.stop()
+        assert record["status"] == "succeeded", record
+        results.append(record["result"])
+    first_uid, (later_uid, *rest) = results
+    assert first_uid == later_uid and first_uid > SANDBOX_ID + 65536, results
+    assert rest == ["12", ["d", "link"]], results
+    assert os.stat(outside).st_uid == SANDBOX_ID  # the link's target stays whose it was
+
+
+# One gateway giving uids (owners.py) to every user in its own order, from `start` on.
+GIVE_UIDS = r"""
+import json, random, sys, time
+from pathlib import Path
+from gateway.sandbox.owners import WorkspaceOwners
+root, users, start, seed = Path(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+owners = WorkspaceOwners(root, 2_000_000_000, 1_000_000_000, 1_000_000_000)
+random.Random(seed).shuffle(users)
+time.sleep(max(0.0, start - time.time()))
+print(json.dumps({user: owners.open_plain(user) for user in users}))
+"""
+
+
+def test_gateways_sharing_a_workspaces_root_never_give_two_users_one_uid(
+    tmp_path: Path,
+) -> None:
+    """Eight gateways on one machine (processes) giving uids to the same 64 new users at
+    once, each in its own order: each user one uid, every user another; and a gateway
+    started later finds the same. (Without the lock on `.images/.lock`: two users shared a
+    uid in every try.)"""
+    from gateway.sandbox.owners import WorkspaceOwners
+
+    ws = tmp_path / "ws"
+    users = [f"user{i}" for i in range(64)]
+    start = time.time() + 1.0
+    argv = [sys.executable, "-c", GIVE_UIDS, str(ws), json.dumps(users), str(start)]
+    gateways = [
+        subprocess.Popen(
+            [*argv, str(seed)], stdout=subprocess.PIPE, cwd=Path(__file__).parent.parent
+        )
+        for seed in range(8)
+    ]
+    given = [json.loads(gateway.communicate(timeout=120)[0]) for gateway in gateways]
+    assert all(gateway.returncode == 0 for gateway in gateways)
+    assert all(uids == given[0] for uids in given), given
+    assert len(set(given[0].values())) == len(users), given[0]
+    later = WorkspaceOwners(ws, 2_000_000_000, 1_000_000_000, 1_000_000_000)
+    assert {user: later.open_plain(user) for user in users} == given[0]

@@ -8,9 +8,9 @@ give their blocks back to the host (`discard` punches holes in the image). No us
 folder can be named `.images` (`gateway.auth.user_folder`), and an admin's working_dir
 below the root must lie in a user's folder (`gateway.runs.requests`).
 
-The user's uid is in the image's name: one per user, above the sandboxes' range
-(`sandbox_uid + sandbox_uids + 1` up), given when the image is made and never again.
-Every run in the workspace runs as it, so a user's later runs can write what earlier
+The image's root belongs to its user's own uid (owners.py: one per user, above the
+sandboxes' range, the same a plain folder of theirs had), which the image's name carries
+too. Every run in the workspace runs as it, so a user's later runs can write what earlier
 ones left; no other tenant shares it.
 
 Mounted on first use, under a lock per user (`.images/<user>.lock`: `flock`, exclusive
@@ -24,7 +24,8 @@ bind of /, beneath the tmpfs that hides the workspaces) until it ends, so a devi
 outlive our unmount that long; mounting the image again then reuses that device.
 
 A user folder with files from before quotas is migrated when its image is made: copied
-into the new image (`cp -a`; what the old shared sandbox uid owned becomes the user's),
+into the new image (`cp -a`; what the old shared sandbox uid owned becomes the user's,
+what their own uid owned stays theirs),
 the image renamed into place, then the folder emptied and the image mounted on it. Files
 that do not fit fail the run with a clear message and nothing changes. A folder that
 holds files *beside* an existing image (a run without quotas since, or a migration cut
@@ -57,10 +58,10 @@ from gateway.sandbox.mounts import (
     mounts_under,
     unmount,
 )
+from gateway.sandbox.owners import WorkspaceOwners, adopt, flock
 
 log = logging.getLogger(__name__)
 
-IMAGES = ".images"
 FSTYPE = "ext4"
 MOUNT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOATIME
 MOUNT_OPTIONS = "discard"
@@ -101,30 +102,17 @@ def _check_run(command: list[str], what: str, pass_fds: tuple[int, ...] = ()) ->
         raise OSError(errno.EIO, f"{what} failed: {detail}")
 
 
-def _flock(path: Path, how: int) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, how)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 class WorkspaceImages:
     """The users' workspace images under one workspaces root, and the mounts this gateway
     holds. Every method blocks: call them in a thread."""
 
-    def __init__(
-        self, root: Path, size: int, inodes: int, first_uid: int, gid: int, legacy_uid: int
-    ) -> None:
-        self.root = root
-        self.folder = root / IMAGES
+    def __init__(self, owners: WorkspaceOwners, size: int, inodes: int) -> None:
+        self.owners = owners  # each user's uid, the owner of their image
+        self.root = owners.root
+        self.folder = owners.folder
         self.size = size
         self.inodes = inodes
-        self.first_uid = first_uid
-        self.gid = gid
-        self.legacy_uid = legacy_uid  # what every run's files belonged to before
+        self.gid = owners.gid
         self._held: dict[str, tuple[int, int]] = {}  # user folder -> (lock fd, uid)
         self._opening: dict[str, threading.Lock] = {}  # one thread at a time per user
 
@@ -141,7 +129,7 @@ class WorkspaceImages:
         name = f".probe-{os.getpid()}-{secrets.token_hex(4)}"
         image, point = self.folder / f"{name}.img", self.folder / name
         try:
-            self._make_folder()
+            self.owners.make_folder()
             mkfs(image, 8 << 20, 64, 0, 0)
             point.mkdir(mode=0o700)
             fd = os.open(point, _DIR)
@@ -171,7 +159,7 @@ class WorkspaceImages:
             else:
                 continue
             try:
-                lock = _flock(self.folder / f"{user}.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock = flock(self.folder / f"{user}.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # a live gateway holds it
             try:
@@ -203,8 +191,8 @@ class WorkspaceImages:
         with self._opening.setdefault(user, threading.Lock()):
             if user in self._held:
                 return self._held[user][1]
-            self._make_folder()
-            lock = _flock(self.folder / f"{user}.lock", fcntl.LOCK_EX)
+            self.owners.make_folder()
+            lock = flock(self.folder / f"{user}.lock", fcntl.LOCK_EX)
             try:
                 uid = self._mount(user)
                 fcntl.flock(lock, fcntl.LOCK_SH)  # others may use it; none may unmount it
@@ -259,21 +247,12 @@ class WorkspaceImages:
         staging = self.folder / f"{user}.mnt"
         with contextlib.suppress(OSError):
             _unmount(staging)  # a migration cut short
-        global_lock = _flock(self.folder / ".lock", fcntl.LOCK_EX)
-        try:
-            names = os.listdir(self.folder)
-            for name in names:  # an image cut short: never renamed, so never used
-                found = _IMAGE_NAME.fullmatch(name)
-                if found and found[2] == user and found[3]:
-                    os.unlink(self.folder / name)
-            taken = [int(m[1]) for m in map(_IMAGE_NAME.fullmatch, names) if m]
-            uid = max([self.first_uid - 1, *taken]) + 1
-            if uid > 2**32 - 2:
-                raise SandboxError("No uid is left for a new user's workspace.")
-            new = self.folder / f"{uid}.{user}.img.new"
-            mkfs(new, self.size, self.inodes, uid, self.gid)
-        finally:
-            os.close(global_lock)
+        cut_short = self.owners.names_of(user).get("img.new")
+        if cut_short is not None:  # an image cut short: never renamed, so never used
+            os.unlink(self.folder / f"{cut_short}.{user}.img.new")
+        uid = self.owners.give(user)
+        new = self.folder / f"{uid}.{user}.img.new"
+        mkfs(new, self.size, self.inodes, uid, self.gid)
         with contextlib.suppress(FileExistsError):
             staging.mkdir(mode=0o700)
         migrated = False
@@ -325,16 +304,8 @@ class WorkspaceImages:
                 "raise the quota.",
                 field="working_dir",
             ) from exc
-        os.fchown(staging_fd, uid, self.gid)  # cp gave the root the old folder's owner
-        for _, dirs, files, dir_fd in os.fwalk(target, follow_symlinks=False):
-            for name in [*dirs, *files]:
-                if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid == self.legacy_uid:
-                    os.chown(name, uid, self.gid, dir_fd=dir_fd, follow_symlinks=False)
-
-    def _make_folder(self) -> None:
-        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            self.folder.mkdir(mode=0o700)
+        # cp gave the root the old folder's owner, and kept the old shared uid's files its
+        adopt(staging_fd, self.owners.legacy_uid, uid, self.gid)
 
 
 def _unmount(point: Path) -> None:

@@ -2,9 +2,9 @@
 
 - a sandbox without a workspace: a uid of its own, leased from the sandboxes' range
   (uids.py) when it is created and given back when it is destroyed;
-- a run in a user's workspace: that user's uid, the owner of their workspace image,
-  mounted first (quota.py); without quotas (`--workspace-bytes 0`, or a machine that
-  cannot make them), `sandbox_uid`, as before;
+- a run in a user's workspace: that user's own uid (owners.py), with their workspace
+  image mounted first (quota.py); without quotas (`--workspace-bytes 0`, or a machine
+  that cannot make them) the same uid, owner of a plain folder;
 - a run in an admin folder (`admin_dirs`, the operator's own): `sandbox_uid`, no quota;
 - a gateway that cannot change users (the local backend, not root): its own uid.
 
@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 
 from gateway.auth import is_user_folder
-from gateway.errors import InvalidPath
 from gateway.models.request import WorkspaceRef
+from gateway.sandbox.owners import WorkspaceOwners
 from gateway.sandbox.quota import WorkspaceImages
 from gateway.sandbox.uids import UidLease, UidLeases
 
@@ -62,8 +62,8 @@ class Tenancy:
         self.multi_user = multi_user
         self.switch_users = True  # False: every sandbox runs as the gateway's own user
         self.leases = UidLeases(config.sandbox_uid + 1, config.sandbox_uids)
+        self.owners: WorkspaceOwners | None = None  # with workspaces: each user's uid
         self.images: WorkspaceImages | None = None  # with quotas
-        self.store: WorkspaceImages | None = None  # where images are, quotas or not
 
     async def startup(self, switch_users: bool) -> None:
         """Before the first sandbox: the lease folder, and whether workspaces get quotas
@@ -74,17 +74,15 @@ class Tenancy:
         config = self.config
         if config.workspaces is None:
             return
-        images = WorkspaceImages(
+        self.owners = WorkspaceOwners(
             config.workspaces,
-            config.workspace_bytes,
-            config.workspace_inodes,
             first_uid=config.sandbox_uid + config.sandbox_uids + 1,
             gid=config.sandbox_gid,
             legacy_uid=config.sandbox_uid,
         )
-        self.store = images
         if config.workspace_bytes == 0:
             return
+        images = WorkspaceImages(self.owners, config.workspace_bytes, config.workspace_inodes)
         why = await asyncio.to_thread(images.probe) if switch_users else "it cannot switch users"
         if why is not None:
             if self.multi_user:
@@ -111,10 +109,10 @@ class Tenancy:
         """Who a new sandbox runs as; its workspace's image is mounted first."""
         gid = self.config.sandbox_gid
         if not self.switch_users:
-            uid = os.getuid()
-            if workspace is not None:
-                await self._user_uid(workspace)  # quota-less, but checked alike
-            return Identity(uid, os.getgid())
+            user = self._user_of(workspace)
+            if user is not None and self.owners is not None:  # quota-less, but checked alike
+                await asyncio.to_thread(self.owners.refuse_hidden, user)
+            return Identity(os.getuid(), os.getgid())
         if workspace is None:
             taking = asyncio.ensure_future(asyncio.to_thread(self.leases.take))
             try:
@@ -126,22 +124,21 @@ class Tenancy:
         return Identity(await self._user_uid(workspace), gid)
 
     async def _user_uid(self, workspace: WorkspaceRef) -> int:
-        config = self.config
-        if workspace.root != config.workspaces or not workspace.parts:
-            return config.sandbox_uid  # an admin folder: the operator's own
+        user = self._user_of(workspace)
+        if user is None:
+            return self.config.sandbox_uid  # an admin folder: the operator's own
+        if self.images is not None:
+            return await asyncio.to_thread(self.images.open_user, user)
+        assert self.owners is not None
+        return await asyncio.to_thread(self.owners.open_plain, user)
+
+    def _user_of(self, workspace: WorkspaceRef | None) -> str | None:
+        """The user whose folder `workspace` lies in; None for an admin folder (or none)."""
+        if workspace is None or workspace.root != self.config.workspaces or not workspace.parts:
+            return None
         user = workspace.parts[0]
         assert is_user_folder(user), user  # requests.py never names another
-        if self.images is None:
-            store = self.store
-            if store is not None and await asyncio.to_thread(lambda: bool(store.image_of(user))):
-                raise InvalidPath(
-                    f"The workspace {workspace.path} lives in a file system image, and this "
-                    "gateway runs without workspace quotas: its files would be hidden. Ask "
-                    "the operator to run it with quotas again.",
-                    field="working_dir",
-                )
-            return config.sandbox_uid
-        return await asyncio.to_thread(self.images.open_user, user)
+        return user
 
 
 def _give_back(taking: asyncio.Future[UidLease]) -> None:

@@ -5,7 +5,7 @@ POSIX message queue bytes and key quotas are counted per uid across every namesp
 uid for every kernel let one tenant use up what all the others count on. Each sandbox
 without a workspace therefore takes a uid of the range `sandbox_uid + 1 ...
 sandbox_uid + sandbox_uids` when it is created (a pooled kernel's too) and gives it back
-when it is destroyed. Runs in a workspace run as its owner's uid instead (quota.py), so
+when it is destroyed. Runs in a workspace run as its owner's uid instead (owners.py), so
 that a user's later runs can write what the earlier ones left.
 
 A uid is held by a `flock` on a file of its own in a root-only folder (`LEASE_DIR`),
