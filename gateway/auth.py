@@ -55,7 +55,15 @@ def is_user_folder(name: str) -> bool:
 
 
 def check_user_name(user: str) -> None:
-    """Raise ValueError when `user` cannot have a folder (its name would be too long)."""
+    """Raise ValueError when `user` cannot have a folder (its name would be too long), or is
+    not text a store can keep (a lone surrogate, JSON's `"\\udc80"`: its every run was a 500)."""
+    try:
+        user.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"the user name {user[:40]!r} holds a lone surrogate, which is not text: "
+            "give it a name of real characters"
+        ) from None
     size = len(user_folder(user))  # ASCII
     if size > NAME_MAX:
         raise ValueError(
@@ -64,11 +72,19 @@ def check_user_name(user: str) -> None:
         )
 
 
-class TokenTable:
-    """Token -> principal. Empty table means single-user mode (no auth, loopback only)."""
+MIN_TOKEN_LENGTH = 16
 
-    def __init__(self, entries: dict[str, Principal]) -> None:
+
+class TokenTable:
+    """Token -> principal. Empty table means single-user mode (no auth, loopback only).
+
+    The operator's metrics token (`--metrics-token-file`), if any, is no one's: it is kept
+    apart from the principals, so it may read what `sees_gateway` allows and nothing
+    else."""
+
+    def __init__(self, entries: dict[str, Principal], metrics_token: str | None = None) -> None:
         self._entries = [(token.encode(), principal) for token, principal in entries.items()]
+        self._metrics = None if metrics_token is None else metrics_token.encode()
 
     @property
     def enabled(self) -> bool:
@@ -80,9 +96,12 @@ class TokenTable:
         return len({principal.user for _, principal in self._entries}) > 1
 
     @classmethod
-    def load(cls, path: Path | None) -> TokenTable:
+    def load(cls, path: Path | None, metrics_path: Path | None = None) -> TokenTable:
+        """The token file's table (`path`), with the metrics token read from
+        `metrics_path` (a file that holds only the token)."""
+        metrics = None if metrics_path is None else read_metrics_token(metrics_path)
         if path is None:
-            return cls({})
+            return cls({}, metrics)
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or not data:
             raise ValueError(f"{path}: expected a non-empty object of tokens")
@@ -93,14 +112,19 @@ class TokenTable:
             role = spec.get("role", "user")
             if role not in ("user", "admin"):
                 raise ValueError(f"{path}: role must be 'user' or 'admin', not {role!r}")
-            if len(token) < 16:
-                raise ValueError(f"{path}: tokens must be at least 16 characters")
+            if len(token) < MIN_TOKEN_LENGTH:
+                raise ValueError(f"{path}: tokens must be at least {MIN_TOKEN_LENGTH} characters")
             try:
                 check_user_name(spec["user"])
             except ValueError as exc:
                 raise ValueError(f"{path}: {exc}") from None
             entries[token] = Principal(user=spec["user"], role=role)
-        return cls(entries)
+        if metrics is not None and metrics in entries:
+            raise ValueError(
+                f"{metrics_path}: the metrics token is also a token of {path}: give the "
+                "metrics scraper a token of its own"
+            )
+        return cls(entries, metrics)
 
     def authenticate(self, token: str | None) -> Principal | None:
         if not self.enabled:
@@ -113,6 +137,29 @@ class TokenTable:
             if hmac.compare_digest(candidate, known):
                 found = principal
         return found
+
+    def sees_gateway(self, token: str | None) -> bool:
+        """Whether the caller may see every tenant's activity (`/metrics`, the details of
+        `/v1/health`): anyone on a single-user gateway; with tokens, an admin's token or
+        the operator's metrics token, never a user's."""
+        if not self.enabled:
+            return True
+        if not token:
+            return False
+        principal = self.authenticate(token)  # both compared, whichever it is
+        scraper = self._metrics is not None and hmac.compare_digest(token.encode(), self._metrics)
+        return scraper or (principal is not None and principal.is_admin)
+
+
+def read_metrics_token(path: Path) -> str:
+    """The token a metrics file holds (surrounding white space left out)."""
+    token = path.read_text(encoding="utf-8").strip()
+    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+        raise ValueError(
+            f"{path}: expected one token of at least {MIN_TOKEN_LENGTH} characters, without "
+            "white space"
+        )
+    return token
 
 
 def is_loopback_host(host: str) -> bool:

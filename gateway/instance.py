@@ -29,12 +29,16 @@ def instance_id(configured: str | None, data_dir: Path) -> str:
 
 
 def private_paths(
-    data_dir: Path, workspaces: Path | None, tokens: Path | None, store: str | None
+    data_dir: Path,
+    workspaces: Path | None,
+    secrets: tuple[Path | None, ...],
+    store: str | None,
 ) -> tuple[Path, ...]:
     """The gateway's own files, which a sandbox must hide: the data dir, the workspaces root
-    (each run sees only its own folder), the token file, and a SQLite store kept outside
-    the data dir with its journal files."""
-    paths = [p for p in (data_dir, workspaces, tokens) if p is not None]
+    (each run sees only its own folder), the files of tokens (`secrets`: the token file,
+    the metrics token's), and a SQLite store kept outside the data dir with its journal
+    files."""
+    paths = [p for p in (data_dir, workspaces, *secrets) if p is not None]
     if store is not None:
         kind, path = parse_store_url(store)
         if kind == "sqlite" and path is not None and not path.is_relative_to(data_dir):

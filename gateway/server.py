@@ -49,7 +49,7 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.tokens = TokenTable.load(settings.tokens)
+        self.tokens = TokenTable.load(settings.tokens, settings.metrics_token_file)
         if not self.tokens.enabled and not is_loopback_host(settings.host):
             raise RuntimeError(
                 f"No --tokens file is configured, so the gateway runs single-user and only "
@@ -104,7 +104,10 @@ class Gateway:
                 instance_id=ident,
                 multi_user=self.tokens.multi_user,
                 private_paths=private_paths(
-                    settings.data_dir, settings.workspaces, settings.tokens, settings.store
+                    settings.data_dir,
+                    settings.workspaces,
+                    (settings.tokens, settings.metrics_token_file),
+                    settings.store,
                 ),
             ),
         )

@@ -86,6 +86,12 @@ class Settings(BaseModel):
         ge=64,
     )
     tokens: Path | None = setting(None, 'JSON file {"<token>": {"user": ..., "role": ...}}')
+    metrics_token_file: Path | None = setting(
+        None,
+        "file holding one bearer token that may read /metrics and the details of /v1/health "
+        "and nothing else (a Prometheus scrape's credentials_file); with tokens, those need "
+        "it or an admin's token",
+    )
     allow_uploads: bool = setting(False, "enable POST /v1/uploads and the archive field")
     allow_network: bool = setting(False, "let runs ask for outbound network (network: true)")
     allow_local_multi_user: bool = setting(

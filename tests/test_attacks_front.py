@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import select
+import shutil
 import socket
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +31,7 @@ import tornado.web
 
 from gateway.app import routes
 from tests import raw_socket
+from tests.api import assert_error
 from tests.conftest import start_gateway
 from tests.support import (
     Client,
@@ -398,20 +402,75 @@ def test_exporting_a_huge_notebook_does_not_freeze_the_loop(tmp_path: Path, toke
     assert watch.worst_health < HEALTH_LATENCY and not watch.failures, watch.report()
 
 
-# --- row 9: what health tells anyone ------------------------------------------------------------
+# --- row 9, and issue 29 row 7: what health and /metrics tell whom -----------------------------
+
+OPS = "ops-admin-token-0123456789"
+SCRAPER = "scraper-token-0123456789abcdef"
+DETAILS = {"status", "backend", "store", "kernels", "pools", "version"}
+READ_SECRET = """
+try:
+    result = open(PATH).read()
+except OSError as exc:
+    result = exc.strerror
+"""
 
 
-def test_health_without_a_token_says_only_whether_the_gateway_serves(
-    tmp_path: Path, tokens: Path
-) -> None:
+def test_only_an_operator_is_told_every_tenants_activity(tmp_path: Path) -> None:
     """Row 9: running kernels and pool hits and misses told anyone, without a token, what
-    other tenants were doing."""
-    with gateway(tmp_path, tokens) as server:
-        anonymous = Client(server.port).request("GET", "/v1/health")
-        forged = Client(server.port, "not-a-token").request("GET", "/v1/health")
-        bob = Client(server.port, BOB).request("GET", "/v1/health")
-    assert anonymous.status == 200 and anonymous.json() == {"status": "ok"}
-    assert forged.status == 200 and forged.json() == {"status": "ok"}
-    details = bob.json()
-    assert bob.status == 200 and details["status"] == "ok"
-    assert {"backend", "store", "kernels", "pools", "version"} <= set(details), details
+    other tenants were doing. Issue 29 row 7: any user's token still read them, and runs by
+    status and language on `/metrics`. Now only an admin's token or the operator's metrics
+    token (a Prometheus scrape's bearer token, which opens nothing else) is told; no
+    sandbox can read that token's file."""
+    tokens = write_tokens(tmp_path / "secrets", {BOB: ("bob", "user"), OPS: ("ops", "admin")})
+    # outside /tmp (a local sandbox has a /tmp of its own), readable by everyone
+    folder = Path(tempfile.mkdtemp(prefix="gwsecrets-", dir="/var/lib"))
+    os.chmod(folder, 0o755)
+    scraper_file = folder / "metrics.token"
+    scraper_file.write_text(SCRAPER + "\n")
+    os.chmod(scraper_file, 0o644)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, folder)
+        server = cleanup.enter_context(gateway(tmp_path, tokens, metrics_token_file=scraper_file))
+        callers = {
+            "anyone": Client(server.port),
+            "forged": Client(server.port, "not-a-token-0123456789"),
+            **{who: Client(server.port, t) for who, t in [("bob", BOB), ("ops", OPS)]},
+            "scraper": Client(server.port, SCRAPER),
+        }
+        ran = callers["bob"].run(code=f"PATH = {str(scraper_file)!r}\n{READ_SECRET}")
+        health = {who: client.request("GET", "/v1/health") for who, client in callers.items()}
+        metrics = {who: client.request("GET", "/metrics") for who, client in callers.items()}
+        # the metrics token is no user's: it runs nothing and lists nothing
+        scraper_runs = callers["scraper"].request("POST", "/v1/runs", {"code": "print(1)"})
+        scraper_lists = callers["scraper"].request("GET", "/v1/runs")
+    assert ran["status"] == "succeeded" and SCRAPER not in str(ran["result"]), ran
+    for who in ("anyone", "forged", "bob"):
+        assert health[who].status == 200 and health[who].json() == {"status": "ok"}, who
+    for who in ("ops", "scraper"):
+        assert health[who].status == 200 and set(health[who].json()) == DETAILS, who
+    assert_error(metrics["anyone"], 401, "unauthorized")
+    assert_error(metrics["forged"], 401, "unauthorized")
+    assert_error(metrics["bob"], 403, "forbidden", "/metrics")
+    for who in ("ops", "scraper"):
+        text = metrics[who].body.decode()
+        assert metrics[who].status == 200, (who, text)
+        assert 'gateway_runs_total{language="python",status="succeeded"} 1.0' in text, text
+    assert_error(scraper_runs, 401, "unauthorized")
+    assert_error(scraper_lists, 401, "unauthorized")
+
+
+def test_a_metrics_token_must_be_its_own(tmp_path: Path) -> None:
+    """A metrics token that is also a user's would tell that user everything: refused at
+    start, as is a file that holds no token."""
+    from gateway.auth import TokenTable
+
+    tokens = write_tokens(tmp_path / "secrets", {BOB: ("bob", "user")})
+    for text, says in [
+        (BOB, "also a token"),
+        ("short", "at least 16"),
+        ("two tokens " * 3, "white space"),
+    ]:
+        path = tmp_path / "secrets" / "metrics.token"
+        path.write_text(text)
+        with pytest.raises(ValueError, match=says):
+            TokenTable.load(tokens, path)

@@ -358,6 +358,16 @@ def test_401_without_or_with_a_wrong_token(guarded: GatewayThread) -> None:
         assert anonymous.health().status == "ok"  # public
 
 
+def test_a_users_token_reads_health_but_not_metrics(guarded: GatewayThread) -> None:
+    """Both tell of every tenant's activity: a user is told only whether the gateway serves."""
+    with GatewayClient(url_of(guarded), token=TOKEN) as client:
+        health = client.health()
+        assert health.status == "ok" and health.kernels is None and health.pools is None
+        with pytest.raises(Forbidden) as caught:
+            client.metrics()
+    assert (caught.value.status, caught.value.code) == (403, "forbidden")
+
+
 def test_413_is_payload_too_large(guarded: GatewayThread) -> None:
     with GatewayClient(url_of(guarded), token=TOKEN) as client:
         with pytest.raises(PayloadTooLarge) as caught:

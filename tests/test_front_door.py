@@ -1,7 +1,7 @@
 """The front door's answers to what it will not hold (docs/API.md, Conventions and Limits): a
 body on an endpoint that takes none, a body or an answer that finds no room among those in
-flight (503 `capacity` with `Retry-After`), gzip, and what health says with and without a
-token. The attacks these close are in test_attacks_front.py."""
+flight (503 `capacity` with `Retry-After`), gzip, and what health says to whom. The
+attacks these close are in test_attacks_front.py."""
 
 from __future__ import annotations
 
@@ -21,15 +21,17 @@ from tests.raw_socket import connect
 from tests.support import Client, GatewayThread, Response, serving, wait_for
 
 ANN, BOB = "ann-token-0123456789abcdef", "bob-token-0123456789abcdef"
+OPS = "ops-token-0123456789abcdef"  # an admin: reads /metrics and health's details
 KiB = 1024
 
 
 @pytest.fixture(scope="module")
 def door() -> Iterator[GatewayThread]:
-    """Two users; small budgets: 1 MiB of bodies in flight per user (4 MiB in all)."""
+    """Two users and an admin; small budgets: 1 MiB of bodies in flight per user (4 MiB in
+    all)."""
     server = start_gateway(
         "local",
-        users={ANN: ("ann", "user"), BOB: ("bob", "user")},
+        users={ANN: ("ann", "user"), BOB: ("bob", "user"), OPS: ("ops", "admin")},
         max_body_bytes_in_flight=4 * 1024 * KiB,
         max_body_bytes_in_flight_per_user=1024 * KiB,
     )
@@ -138,7 +140,7 @@ def start_post(port: int, token: str, length: int) -> tuple[socket.socket, int, 
 
 
 def in_flight(server: GatewayThread) -> float:
-    text = Client(server.port, ANN).request("GET", "/metrics").body.decode()
+    text = Client(server.port, OPS).request("GET", "/metrics").body.decode()
     match = re.search(r"^gateway_body_bytes_in_flight (\S+)$", text, re.M)
     assert match, text
     return float(match[1])
@@ -290,8 +292,13 @@ def test_health_without_a_token_says_only_the_status(door: GatewayThread) -> Non
         assert response.status == 200 and response.json() == {"status": "ok"}
 
 
-def test_health_with_a_token_has_the_details(door: GatewayThread) -> None:
+def test_health_tells_a_users_token_only_the_status(door: GatewayThread) -> None:
     response = Client(door.port, BOB).request("GET", "/v1/health")
+    assert response.status == 200 and response.json() == {"status": "ok"}
+
+
+def test_health_with_an_admins_token_has_the_details(door: GatewayThread) -> None:
+    response = Client(door.port, OPS).request("GET", "/v1/health")
     body = response.json()
     assert response.status == 200 and body["status"] == "ok" and body["backend"] == "local"
     assert body["store"] == {"kind": "sqlite", "ok": True} and body["version"]

@@ -438,6 +438,9 @@ def test_auth_upload_and_archive_answers_validate(fuzz_gateway: GatewayThread) -
         assert_error_answer(401, response.json(), path, method.lower())
 
     client = fuzz_gateway.client(TOKEN)
+    metrics = client.request("GET", "/metrics")  # every tenant's activity: not a user's
+    assert metrics.status == 403, metrics.body
+    assert_error_answer(403, metrics.json(), "/metrics", "get")
     uploaded = client.request(
         "POST", "/v1/uploads", raw=small_zip(), headers={"Content-Type": "application/zip"}
     )

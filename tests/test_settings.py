@@ -150,7 +150,7 @@ def other_value(name: str) -> tuple[str, Any]:
         return str(default + 2.5), default + 2.5
     if isinstance(default, tuple):
         return "/srv/a,/srv/b", ("/srv/a", "/srv/b")
-    if isinstance(default, Path) or name in ("workspaces", "tokens"):
+    if isinstance(default, Path) or name in ("workspaces", "tokens", "metrics_token_file"):
         return "/srv/somewhere", Path("/srv/somewhere")
     return "some-value", "some-value"
 

@@ -448,7 +448,9 @@ async def gateway_client(
         async with AsyncGatewayClient(options.url, token=options.token) as client:
             try:
                 health = await client.health()
-                log.info("using the gateway at %s (%s backend)", options.url, health.backend)
+                # the backend is told only to an operator's token (and without tokens)
+                seen = f"{health.backend} backend" if health.backend else health.status
+                log.info("using the gateway at %s (%s)", options.url, seen)
             except GatewayError as exc:
                 log.warning("the gateway at %s does not answer yet: %s", options.url, exc.message)
             yield client

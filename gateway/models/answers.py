@@ -33,8 +33,8 @@ class StoreHealth(Answer):
 
 
 DETAILS = (
-    "Only for a caller with a valid token (or on a single-user gateway): without one, "
-    "health says only `status`"
+    "Only for an admin's token or the operator's metrics token (or on a single-user "
+    "gateway): to anyone else, a user's token included, health says only `status`"
 )
 
 

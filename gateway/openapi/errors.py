@@ -52,8 +52,8 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "network is not enabled, `working_dir` when workspaces are not enabled or outside "
         "what an admin may name, a non-loopback `Host` in single-user mode, a cross-site "
         "request: an `Origin` that is not the gateway's own or an allowed one, or "
-        "`Sec-Fetch-Site: cross-site`) or `archive_mode_disabled` (uploads and `archive` are "
-        "off).",
+        "`Sec-Fetch-Site: cross-site`, `/metrics` with a user's token) or "
+        "`archive_mode_disabled` (uploads and `archive` are off).",
     ),
     404: ("NotFound", "`not_found`: no such run (or not yours), or nothing at this address."),
     413: (

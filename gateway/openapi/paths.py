@@ -402,10 +402,11 @@ PATHS: dict[str, Schema] = {
             "health",
             "operations",
             "Is the gateway up",
-            "Public: no token needed. Without a valid token (on a gateway with tokens) the "
-            "answer is only `{status}`; with one (or on a single-user gateway) also the "
-            "backend, the store, kernels, pools and version, which tell of other tenants' "
-            "activity.",
+            "Public: no token needed. On a gateway with tokens the answer is only "
+            "`{status}`, unless the caller sends an admin's token or the operator's metrics "
+            "token (`--metrics-token-file`): the backend, the store, kernels, pools and "
+            "version tell of every tenant's activity, so a user's token is not told them. "
+            "A single-user gateway tells everything.",
             {
                 "200": answer("Health", "The gateway's state."),
                 **errors(413),
@@ -436,10 +437,13 @@ PATHS: dict[str, Schema] = {
             "operations",
             "Prometheus metrics",
             "Runs by status and language, run duration and kernel start duration histograms, "
-            "pool size, queue length, runs in progress.",
+            "pool size, queue length, runs in progress: every tenant's activity, so on a "
+            "gateway with tokens only for an admin's token or the operator's metrics token "
+            "(`--metrics-token-file`, a Prometheus scrape's bearer token, which opens nothing "
+            "else); a user's token is 403. A single-user gateway needs none.",
             {
                 "200": answer(TEXT, "Prometheus text exposition format 0.0.4.", "text/plain"),
-                **errors(401, 413),
+                **errors(401, 403, 413),
             },
         )
     },
