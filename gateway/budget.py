@@ -134,7 +134,8 @@ class ByteBudget:
 
 class Hold:
     """Bytes taken from a budget; `release()` gives them back (once, however often it is
-    called). `grow(n)` takes `n` more at once if there is room."""
+    called). `grow(n)` takes `n` more at once if there is room, `shrink_to(n)` gives back
+    what is held past `n`."""
 
     def __init__(self, budget: ByteBudget, nbytes: int, key: Hashable) -> None:
         self.budget = budget
@@ -143,19 +144,27 @@ class Hold:
         self.released = False
 
     def grow(self, nbytes: int) -> bool:
-        """Take `nbytes` more for the same key now; False (nothing taken) without room."""
+        """Take `nbytes` more for the same key now; False (nothing taken) without room. As
+        for a first taking, a hold that is all its key holds may grow past the key's share,
+        and one that is all the budget holds past the total."""
         if self.released:
             raise RuntimeError("a released hold cannot grow")
         budget = self.budget
-        room = budget.used + nbytes <= budget.total
+        room = budget.used == self.nbytes or budget.used + nbytes <= budget.total
         held = budget.held_by(self.key)
-        share = budget.per_key is None or held + nbytes <= budget.per_key
+        share = budget.per_key is None or held == self.nbytes or held + nbytes <= budget.per_key
         if budget._starved or not (room and share):
             budget.refused += 1
             return False
         budget._add(nbytes, self.key)
         self.nbytes += nbytes
         return True
+
+    def shrink_to(self, nbytes: int) -> None:
+        """Give back what is held past `nbytes` (what the holder no longer needs)."""
+        if not self.released and nbytes < self.nbytes:
+            self.budget._give(self.nbytes - nbytes, self.key)
+            self.nbytes = nbytes
 
     def release(self) -> None:
         if not self.released:

@@ -10,6 +10,7 @@
      +-- NotFound              404    not_found
      +-- PayloadTooLarge       413    payload_too_large
      +-- UnsupportedMediaType  415    unsupported_media_type
+     +-- ClientGone            499    client_closed_request: never sent, the client left
      +-- CapacityExceeded      429    capacity (with Retry-After)
      +-- Overloaded            503    capacity: no memory to spare now (with Retry-After)
      +-- SandboxError          503    sandbox_unavailable: a kernel or sandbox could not start
@@ -104,6 +105,12 @@ class PayloadTooLarge(GatewayError, status=413, code="payload_too_large"): ...
 
 
 class UnsupportedMediaType(GatewayError, status=415, code="unsupported_media_type"): ...
+
+
+class ClientGone(GatewayError, status=499, code="client_closed_request"):
+    """The client went away while its request was being handled; the work for it was given
+    up. Never sent (there is nobody to send it to): it ends the handler, and the access
+    log shows 499, as nginx's does."""
 
 
 class CapacityExceeded(GatewayError, status=429, code="capacity"): ...

@@ -121,6 +121,19 @@ class Settings(BaseModel):
     max_json_depth: int = setting(
         64, "deepest nesting of a JSON body or message (else 400)", ge=2, le=1000
     )
+    max_json_values: int = setting(
+        100_000,
+        "most JSON values (objects, arrays, strings, numbers, literals) in a request body or "
+        "WebSocket message that is not a notebook, counted before it is parsed (else 413)",
+        ge=100,
+    )
+    max_notebook_values: int = setting(
+        1_000_000,
+        "most JSON values in a notebook replay's body or message (cells, outputs, metadata; "
+        "else 413)",
+        ge=100,
+    )
+    max_notebook_cells: int = setting(10_000, "most cells in a notebook to replay (else 413)", ge=1)
     max_code_bytes: int = setting(1 * MiB, "largest `code`", ge=1)
     max_files: int = setting(1000, "most `files` in one request", ge=0)
     max_file_bytes: int = setting(10 * MiB, "largest single staged file (decoded)", ge=0)

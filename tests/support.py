@@ -290,11 +290,13 @@ def answers(client: Client) -> bool:
 @dataclasses.dataclass
 class Watch:
     """What a gateway process did while a block ran (`watching`): the peak of its resident
-    memory above the baseline, and how long `GET /v1/health` took for another client."""
+    memory above the baseline, and how long `GET /v1/health` (and another path, `also`)
+    took for another client."""
 
     baseline: int
     peak: int = 0
     latencies: list[float] = dataclasses.field(default_factory=list)
+    also_latencies: list[float] = dataclasses.field(default_factory=list)
     failures: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -306,23 +308,38 @@ class Watch:
     def worst_health(self) -> float:
         return max(self.latencies, default=0.0)
 
+    @property
+    def worst_also(self) -> float:
+        return max(self.also_latencies, default=0.0)
+
     def report(self) -> str:
         mib = 1024 * 1024
         return (
             f"RSS {self.baseline / mib:.0f} MiB -> peak {self.peak / mib:.0f} MiB "
             f"(+{self.growth / mib:.0f} MiB); another user's health: worst "
-            f"{self.worst_health:.2f} s over {len(self.latencies)} probes; {self.failures[:3]}"
+            f"{self.worst_health:.2f} s over {len(self.latencies)} probes"
+            + (
+                f", their own GET: worst {self.worst_also:.2f} s over {len(self.also_latencies)}"
+                if self.also_latencies
+                else ""
+            )
+            + f"; {self.failures[:3]}"
         )
 
 
 @contextlib.contextmanager
 def watching(
-    pid: int, port: int | None = None, token: str | None = None, min_probes: int = 0
+    pid: int,
+    port: int | None = None,
+    token: str | None = None,
+    min_probes: int = 0,
+    also: str | None = None,
 ) -> Iterator[Watch]:
     """Sample the process's resident memory every 20 ms (the current RSS, which falls again,
     unlike ru_maxrss) and, given a port, time `GET /v1/health` (with `token`) every 100 ms
-    while the block runs. With `min_probes`, the block's end waits (bounded) until that many
-    probes answered or failed: the attack the block started still holds during them."""
+    while the block runs, and `GET also` after each (e.g. the other user's own record). With
+    `min_probes`, the block's end waits (bounded) until that many probes answered or failed:
+    the attack the block started still holds during them."""
     process = psutil.Process(pid)
     watch = Watch(baseline=process.memory_info().rss)
     watch.peak = watch.baseline
@@ -344,6 +361,16 @@ def watching(
             watch.latencies.append(time.monotonic() - started)
             if status != 200:
                 watch.failures.append(f"health {status}")
+            if also is not None:
+                started = time.monotonic()
+                try:
+                    status = client.request("GET", also, timeout=120).status
+                except OSError as exc:
+                    watch.failures.append(repr(exc))
+                    continue
+                watch.also_latencies.append(time.monotonic() - started)
+                if status != 200:
+                    watch.failures.append(f"GET {also}: {status}")
 
     threads = [threading.Thread(target=sample, daemon=True)]
     if port is not None:

@@ -41,13 +41,35 @@ def test_an_oversized_item_passes_only_when_nothing_else_is_held() -> None:
 def test_grow_takes_more_only_within_the_budget() -> None:
     budget = ByteBudget("test", total=100, per_key=50)
     hold = budget.try_take(10, "ann")
-    assert hold is not None
-    assert hold.grow(40)
+    other = budget.try_take(10, "ann")
+    assert hold is not None and other is not None
+    assert hold.grow(30)
     assert not hold.grow(1)  # ann's share
-    assert hold.nbytes == 50 and budget.used == 50
+    assert hold.nbytes == 40 and budget.used == 50
+    other.release()
+    # all ann holds: like a first taking, it may pass her share (her one body progresses)
+    assert hold.grow(20) and budget.held_by("ann") == 60
+    bob = budget.try_take(30, "bob")
+    assert bob is not None
+    assert not hold.grow(20)  # the total, with bob's room taken
+    bob.release()
+    assert hold.grow(60)  # all the budget holds: it may pass the total too
     with hold:
         pass
     assert budget.used == 0 and budget.held_by("ann") == 0
+
+
+def test_shrink_gives_back_what_is_no_longer_held() -> None:
+    budget = ByteBudget("test", total=100, per_key=50)
+    hold = budget.try_take(40, "ann")
+    assert hold is not None
+    hold.shrink_to(50)  # never grows
+    assert hold.nbytes == 40 and budget.used == 40
+    hold.shrink_to(15)
+    assert hold.nbytes == 15 and budget.used == 15 and budget.held_by("ann") == 15
+    hold.release()
+    hold.shrink_to(0)  # released: nothing more given back
+    assert budget.used == 0
 
 
 def test_waiters_are_served_in_order_when_room_comes_back() -> None:

@@ -3,12 +3,13 @@ the one place where errors become the API's error shape."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import tornado.web
 import tornado.websocket
@@ -21,6 +22,7 @@ from tornado.iostream import IOStream, StreamClosedError
 from gateway.auth import Principal, TokenTable
 from gateway.budget import ByteBudget, Hold
 from gateway.errors import (
+    ClientGone,
     GatewayError,
     InvalidRequest,
     Overloaded,
@@ -39,16 +41,20 @@ from gateway.handlers.encode import (
 )
 from gateway.handlers.loads import RecentSizes, Turns
 from gateway.handlers.origin import refuse_foreign
-from gateway.jsoncodec import parse_json
+from gateway.jsoncodec import Document, JsonLimits, JsonShape, parse_json, scan
 from gateway.metrics import Metrics
 from gateway.models.base import sent
-from gateway.offload import SMALL, offload_if
+from gateway.offload import OWNER, SMALL, offload
+from gateway.runs.requests import json_limits
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
 from gateway.settings import Settings
 from gateway.uploads.service import UploadService
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 JSON_TYPE = "application/json; charset=utf-8"
 # Answers up to this size are not counted in the answers budget (health, errors, a small
@@ -113,6 +119,8 @@ class GatewayHandler(tornado.web.RequestHandler):
         self.services = services
         self.settings_ = services.settings
         self.principal: Principal | None = None
+        self._gone = False  # the client went away
+        self._heavy_task: asyncio.Future[Any] | None = None  # heavy work under way for it
 
     # --- request ----------------------------------------------------------------------
 
@@ -132,9 +140,13 @@ class GatewayHandler(tornado.web.RequestHandler):
         return token.strip() if scheme.lower() == "bearer" else None
 
     def authenticate(self) -> Principal:
+        """The caller, from their token (401 without a valid one); heavy work done for this
+        request from here on is theirs (`gateway.offload.OWNER`), and so is the work of the
+        tasks it starts, its run's among them."""
         principal = self.services.tokens.authenticate(self.presented_token())
         if principal is None:
             raise Unauthorized(self.unauthorized_message)
+        OWNER.set(principal.user)
         return principal
 
     def refuse_unasked(self) -> None:
@@ -159,6 +171,38 @@ class GatewayHandler(tornado.web.RequestHandler):
     def budget_key(self) -> str | None:
         """Whose bytes these are, in the bodies and answers budgets: the caller's user."""
         return None if self.principal is None else self.principal.user
+
+    # --- work -------------------------------------------------------------------------
+
+    async def heavy(
+        self, inline: bool, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`function(*args, **kwargs)` for this request: here when `inline`, else in the
+        heavy-work pool (`gateway.offload`), in the caller's turn. If the client goes away
+        meanwhile, the work is given up while it waits (a running piece is waited for:
+        what it holds stays counted until it ends) and the handler ends (ClientGone)."""
+        if inline:
+            return function(*args, **kwargs)
+        if self._gone:
+            raise ClientGone("The client went away.")
+        task = asyncio.ensure_future(offload(function, *args, **kwargs))
+        self._heavy_task = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._gone and (current is None or not current.cancelling()):
+                raise ClientGone("The client went away.") from None
+            raise
+        finally:
+            self._heavy_task = None
+            del task, args, kwargs  # not kept by a traceback's frames (`HeavyWork.run`)
+
+    def client_left(self) -> None:
+        """The client went away: heavy work still queued for it is given up."""
+        self._gone = True
+        if self._heavy_task is not None:
+            self._heavy_task.cancel()
 
     # --- response ---------------------------------------------------------------------
 
@@ -210,11 +254,16 @@ class BaseHandler(GatewayHandler):
     A body is admitted at the headers, before a byte of it is read: refused when the
     method takes none (`refuse_unasked`), when the caller has no valid token, when its
     announced length is over the limit, or when the bodies in flight (of everyone, and of
-    this user) leave no room for it (503). Its bytes stay counted until the request is
-    answered or its connection is gone."""
+    this user) leave no room for it (503). A JSON body's room then grows by what parsing
+    it will make (`jsoncodec.scan`, before it is parsed; 503 when there is none) and shrinks
+    to what the parsed body keeps. The room is held until the request is answered, or,
+    once the body is being worked on, until that work has stopped: a client that hangs up
+    mid-way gives its room back only when the parse (or the run) it started has ended, and
+    heavy work still queued for it is given up (`heavy`)."""
 
     public = False  # True: no token needed
     body_limit: int | None = None  # None: settings.max_body_bytes
+    notebook_body = False  # True: the body is a notebook replay's (its JSON limits)
 
     def initialize(self, services: Services) -> None:
         super().initialize(services)
@@ -224,7 +273,8 @@ class BaseHandler(GatewayHandler):
         self._body_hold: Hold | None = None
         self._answer_hold: Hold | None = None
         self._encoded = False  # the answer was made by `encode` (`send_parts`)
-        self._closed = False  # the client went away
+        self._working = False  # the body is being worked on: its room outlives a hang-up
+        self.body_shape: JsonShape | None = None  # what the JSON body held, once parsed
 
     # --- request ----------------------------------------------------------------------
 
@@ -283,18 +333,27 @@ class BaseHandler(GatewayHandler):
 
     @property
     def body(self) -> bytes:
+        body = self._received()
+        if isinstance(body, bytearray):
+            self._body = body = bytes(body)
+        return body
+
+    def _received(self) -> bytearray | bytes:
+        """The body as received (not copied); 413 when it was over the limit."""
         if self._body_too_large:
             raise PayloadTooLarge(f"The request body is larger than {self.limit} bytes.")
-        if isinstance(self._body, bytearray):
-            self._body = bytes(self._body)
         return self._body
 
+    def json_limits(self) -> JsonLimits:
+        return json_limits(self.settings_, notebook=self.notebook_body)
+
     async def json_body(self) -> Any:
-        """The body as JSON (parsed in the heavy-work pool when large). Only JSON media
-        types are read: `application/json` and `application/<x>+json` (e.g.
-        `application/x-ipynb+json`). A web page can send a form's types
-        (`application/x-www-form-urlencoded`, `multipart/form-data`, `text/plain`) or none
-        to any site without asking, never these."""
+        """The body as JSON, within the endpoint's `json_limits` (413 past them), its room
+        grown by what the parse makes before it is parsed, and parsed in the heavy-work
+        pool unless it is `small`. Only JSON media types are read: `application/json` and
+        `application/<x>+json` (e.g. `application/x-ipynb+json`). A web page can send a
+        form's types (`application/x-www-form-urlencoded`, `multipart/form-data`,
+        `text/plain`) or none to any site without asking, never these."""
         content_type = self.request.headers.get("Content-Type", "")
         media = content_type.split(";")[0].strip().lower()
         if not is_json_media_type(media):
@@ -302,12 +361,39 @@ class BaseHandler(GatewayHandler):
             raise UnsupportedMediaType(
                 f"Send JSON with `Content-Type: application/json`, not {shown}."
             )
-        body = self.body
-        if not body or body.isspace():
+        # (the body is named by no local: a refusal's traceback would keep it alive)
+        size = len(self._received())
+        if not size or self._received().isspace():
             raise InvalidRequest("The request body is empty; send a JSON object.")
-        value = await offload_if(len(body), parse_json, body, self.settings_.max_json_depth)
-        self._body = b""  # parsed: its bytes are not needed again (its room is kept)
+        self._working = True
+        limits, what = self.json_limits(), "The request body"
+        shape = await self.heavy(size <= SMALL, scan, self._received(), limits, what)
+        self.take_room(shape.parsed_bytes())
+        # handed over: the parse lets go of the bytes once they are decoded
+        document, self._body = Document(self._received()), b""
+        value = await self.heavy(shape.small, parse_json, document, limits, what, shape)
+        self.body_shape = shape
+        self.keep_room()
         return value
+
+    def take_room(self, nbytes: int) -> None:
+        """`nbytes` more room for this request's body (what parsing it will make); 503 when
+        the bodies budget has none."""
+        hold = self._body_hold
+        if hold is None or hold.released:
+            self._body_hold = hold = self.services.bodies.try_take(0, self.budget_key)
+        if hold is None or not hold.grow(nbytes):
+            raise self._no_room_for_body()
+
+    @property
+    def small_body(self) -> bool:
+        """The parsed body is small enough to turn into a request on the event loop."""
+        return self.body_shape is not None and self.body_shape.small
+
+    def keep_room(self) -> None:
+        """The body's room, down to what its parsed value holds (its bytes are gone)."""
+        if self._body_hold is not None and self.body_shape is not None:
+            self._body_hold.shrink_to(self.body_shape.kept_bytes())
 
     def _release_body(self) -> None:
         if self._body_hold is not None:
@@ -325,11 +411,14 @@ class BaseHandler(GatewayHandler):
         self._release_body()
 
     def on_connection_close(self) -> None:
-        self._closed = True
+        """The client went away: heavy work queued for it is given up. Its room is given
+        back now only if nothing has started on its body (it may not even have arrived
+        whole); else when the work has stopped (`on_finish`), and an answer's when every
+        byte of it is on the socket or dropped (`finish`)."""
+        self.client_left()
         self._body = b""
-        self._release_body()
-        if self._answer_hold is not None:
-            self._answer_hold.release()
+        if not self._working:
+            self._release_body()
         super().on_connection_close()
 
     # --- response ---------------------------------------------------------------------
@@ -371,7 +460,7 @@ class BaseHandler(GatewayHandler):
                         break
                     value, known = None, size
             await self._wait_for_answer_room(known)
-            if self._closed:
+            if self._gone:
                 return
             admitted = True
         await self._answer(value, size, 200, content_type)
@@ -393,11 +482,12 @@ class BaseHandler(GatewayHandler):
             self._take_answer_room(size)
 
     async def _answer(self, value: Any, size: int, status: int, content_type: str) -> None:
-        if self._closed:
+        if self._gone:
             return
         self.set_header("Content-Type", content_type)
         use_gzip = accepts_gzip(self.request) and compressible(content_type)
-        encoded = await offload_if(size, encode, value, use_gzip)
+        self._working = True
+        encoded = await self.heavy(size <= SMALL, encode, value, use_gzip)
         del value
         self._fit_answer_room(encoded.size)
         self.set_status(status)
@@ -417,7 +507,7 @@ class BaseHandler(GatewayHandler):
                 retry_after=BUSY_RETRY_AFTER,
             ) from exc
         self._answer_hold = hold
-        if self._closed:
+        if self._gone:
             hold.release()
 
     def send_parts(self, encoded: Encoded) -> None:

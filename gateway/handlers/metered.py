@@ -4,10 +4,12 @@ user may open several connections, so each message being received takes room fro
 same budget as the request bodies (the user's share, and everyone's total).
 
 Room is taken before each read of a frame's bytes (tornado reads a frame's whole payload
-at once), and given back when the message has been handled (`StreamHandler.on_message`)
-or the connection is gone. A message that finds no room closes its connection with 1013
-("try again later"), before its payload is read. The few bytes of control frames (pings,
-pongs) are counted with the next message.
+at once), grown by what parsing the message will make before it is parsed, and given back
+when the message has been handled (`StreamHandler.on_message`: also when the connection
+went away meanwhile), or when the connection is gone with no message being handled. A
+message whose bytes find no room closes its connection with 1013 ("try again later"),
+before its payload is read. The few bytes of control frames (pings, pongs) are counted
+with the next message.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ class MessageRoom:
             self._hold = self.budget.try_take(nbytes, self.key)
             return self._hold is not None
         return self._hold.grow(nbytes)
+
+    def shrink_to(self, nbytes: int) -> None:
+        """Give back what the message holds past `nbytes` (once its bytes are parsed)."""
+        if self._hold is not None:
+            self._hold.shrink_to(nbytes)
 
     def release(self) -> None:
         if self._hold is not None:

@@ -8,7 +8,6 @@ from typing import Any
 from gateway.handlers.base import BaseHandler
 from gateway.models.answers import RunAccepted
 from gateway.models.ipynb import record_to_notebook
-from gateway.offload import offload, offload_if
 from gateway.runs.listing import list_runs, listing_query
 from gateway.runs.requests import parse_run_request
 
@@ -18,8 +17,8 @@ NOTEBOOK_TYPE = "application/x-ipynb+json"
 class RunsHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
-        request = await offload_if(
-            self.body_size, parse_run_request, data, self.settings_, self.user
+        request = await self.heavy(
+            self.small_body, parse_run_request, data, self.settings_, self.user
         )
         runs = self.services.runs
         if request.background:
@@ -58,4 +57,4 @@ class RunNotebookHandler(BaseHandler):
 
     async def _notebook(self, run_id: str) -> dict[str, Any]:
         record = await self.services.runs.get(run_id, self.user.user, self.user.is_admin)
-        return await offload(record_to_notebook, record)
+        return await self.heavy(False, record_to_notebook, record)

@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import math
+import re
 import urllib.parse
 from collections.abc import Awaitable
 from typing import Any, ClassVar
@@ -32,17 +33,24 @@ import tornado.web
 import tornado.websocket
 
 from gateway.auth import Principal
-from gateway.errors import CapacityExceeded, GatewayError, InvalidRequest
+from gateway.budget import Hold
+from gateway.errors import (
+    CapacityExceeded,
+    GatewayError,
+    InvalidRequest,
+    Overloaded,
+    PayloadTooLarge,
+)
 from gateway.execution.events import CellFinished, CellOutput, CellStarted, RunEvent
-from gateway.handlers.base import GatewayHandler, Services
+from gateway.handlers.base import BUSY_RETRY_AFTER, GatewayHandler, Services
 from gateway.handlers.metered import MessageRoom, MeteredProtocol
 from gateway.handlers.origin import origin_allowed
 from gateway.handlers.outbox import Outbox
-from gateway.jsoncodec import dumps_utf8, parse_json
+from gateway.jsoncodec import JsonShape, dumps_utf8, parse_json, scan
 from gateway.models.answers import ErrorBody
 from gateway.models.base import sent
 from gateway.models.ipynb import record_to_notebook
-from gateway.models.notebook import NotebookMessage
+from gateway.models.notebook import NotebookMessage, notebook_text
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.models.stream import (
@@ -57,9 +65,9 @@ from gateway.models.stream import (
     OutputEvent,
     RunMessage,
 )
-from gateway.offload import offload, offload_if
+from gateway.offload import OWNER, SMALL, offload
 from gateway.runs.bounds import bound_json
-from gateway.runs.requests import notebook_request, run_request
+from gateway.runs.requests import json_limits, notebook_request, run_request
 from gateway.runs.service import ActiveRun
 from gateway.settings import Settings
 
@@ -73,6 +81,9 @@ OUTPUT_QUEUE_MESSAGES = 1024
 # Incoming messages are not read while more than this waits to be sent.
 HOLD_BYTES = 8 * MiB
 PING_INTERVAL = 30.0
+# A message that may be a notebook replay (its key `type` is "notebook": the bytes of a
+# key cannot be inside a string, whose quotes are escaped) is held to a notebook's limits.
+_NOTEBOOK_TYPE = re.compile(r'"type"\s*:\s*"notebook"')
 
 
 @dataclasses.dataclass
@@ -169,6 +180,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         self._refs: dict[str | int, _Run] = {}  # unfinished runs by ref
         self._cancelling: set[str] = set()  # runs this connection is cancelling
         self._connected = False
+        self._handling = False  # a message is being handled: it holds its room until done
         self.room: MessageRoom | None = None  # made with the protocol, after the handshake
         self._done_lock = asyncio.Lock()  # `done` events are queued one at a time
         self.outbox = Outbox(
@@ -263,7 +275,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
 
     def on_close(self) -> None:
         self._connected = False
-        if self.room is not None:
+        self.client_left()
+        if self.room is not None and not self._handling:
             self.room.release()
         self.services.open_streams.discard(self)
         self._keep(asyncio.ensure_future(self._close_runs()))
@@ -286,9 +299,11 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
     async def on_message(self, message: str | bytes) -> None:
         """One message, handled before the next is read; its bytes stay counted in the
         bodies budget until then."""
+        self._handling = True
         try:
             await self._handle(message)
         finally:
+            self._handling = False
             if self.room is not None:
                 self.room.release()
 
@@ -297,23 +312,28 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         await self.outbox.wait_for_room()
         if not self._connected:
             return
+        OWNER.set(self.user.user)  # heavy work for this message is its sender's
         ref: Any = None
         run_id: str | None = None
         try:
             if isinstance(message, bytes):
                 raise InvalidRequest("Send JSON messages as text frames, not binary ones.")
-            depth = self.settings_.max_json_depth
-            data = await offload_if(len(message), parse_json, message, depth, "The message")
+            data, shape = await self._parse(message)
             if not isinstance(data, dict):
                 raise InvalidRequest("A message must be a JSON object with a `type`.")
             ref = data.get("ref")
             given_id = data.get("id")
             run_id = given_id if isinstance(given_id, str) and _valid_ref(given_id) else None
             kind = data.get("type")
+            if kind != "notebook" and shape.values > self.settings_.max_json_values:
+                raise PayloadTooLarge(
+                    f"The message holds more than {self.settings_.max_json_values} JSON "
+                    "values; only a notebook replay's may hold more."
+                )
             if kind == "run":
-                await self._start_run(data)
+                await self._start_run(data, shape)
             elif kind == "notebook":
-                await self._start_notebook(data)
+                await self._start_notebook(data, shape)
             elif kind == "cancel":
                 await self._cancel(data)
             else:
@@ -332,6 +352,27 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
                 )
             )
 
+    async def _parse(self, message: str) -> tuple[Any, JsonShape]:
+        """A message decoded within its limits (a notebook's when it may be one), its room
+        in the bodies budget grown by what the parse makes before it is parsed."""
+        notebook = _NOTEBOOK_TYPE.search(message) is not None
+        limits = json_limits(self.settings_, notebook=notebook)
+        what = "The message"
+        shape = await self.heavy(len(message) <= SMALL, scan, message, limits, what)
+        self._take_room(shape.parsed_bytes())
+        data = await self.heavy(shape.small, parse_json, message, limits, what, shape)
+        return data, shape
+
+    def _take_room(self, nbytes: int) -> None:
+        if self.room is not None and not self.room.take(nbytes):
+            bodies = self.services.bodies
+            raise Overloaded(
+                f"The gateway is receiving as many messages as it may hold ({bodies.used} "
+                f"bytes in flight, {bodies.held_by(self.user.user)} of them yours); try "
+                "again shortly.",
+                retry_after=BUSY_RETRY_AFTER,
+            )
+
     def _new_ref(self, data: dict[str, Any]) -> Any:
         ref = data.get("ref")
         if not _valid_ref(ref):
@@ -343,21 +384,32 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
             raise InvalidRequest(f"A run with ref {ref!r} is still in progress.", field="ref")
         return ref
 
-    async def _start_run(self, data: dict[str, Any]) -> None:
+    async def _start_run(self, data: dict[str, Any], shape: JsonShape) -> None:
         ref = self._new_ref(data)
-        size = self.room.held if self.room is not None else 0
-        request = await offload_if(size, _run_message, data, self.settings_, self.user)
-        held = self.room.hand_over() if self.room is not None else None
+        request = await self.heavy(shape.small, _run_message, data, self.settings_, self.user)
+        held = self._hand_over(shape)
         await self._begin(_Run(ref=ref), self.services.runs.submit(request, held))
 
-    async def _start_notebook(self, data: dict[str, Any]) -> None:
+    async def _start_notebook(self, data: dict[str, Any], shape: JsonShape) -> None:
         """A replay, admitted as POST /v1/notebooks/run admits it (nbformat's validation
         is CPU work that grows with the notebook: in the heavy-work pool)."""
         ref = self._new_ref(data)
-        request = await offload(_notebook_message, data, self.settings_, self.user)
+        text = notebook_text(data)
+        if text is not None:  # sent as its JSON text: room for what parsing that makes too
+            limits = json_limits(self.settings_, notebook=True)
+            inner = await self.heavy(len(text) <= SMALL, scan, text, limits, "`notebook`")
+            self._take_room(inner.parsed_bytes())
+        request = await self.heavy(False, _notebook_message, data, self.settings_, self.user)
         run = _Run(ref=ref, notebook=True)
-        held = self.room.hand_over() if self.room is not None else None
+        held = self._hand_over(shape)
         await self._begin(run, self.services.runs.submit_notebook(request, held))
+
+    def _hand_over(self, shape: JsonShape) -> Hold | None:
+        """The message's room, down to what its parsed value keeps, for its run to hold."""
+        if self.room is None:
+            return None
+        self.room.shrink_to(shape.kept_bytes())
+        return self.room.hand_over()
 
     async def _begin(self, run: _Run, submitting: Awaitable[ActiveRun]) -> None:
         ref = run.ref

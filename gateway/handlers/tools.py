@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
 from gateway.models.tools import CodeExecStarted
-from gateway.offload import offload_if
 from gateway.tools.code_exec import code_exec_answer, parse_code_exec
 from gateway.tools.code_run import code_run_answer, parse_code_run
 from gateway.tools.run_python import parse_run_python, run_python_answer
@@ -14,7 +13,7 @@ from gateway.tools.run_python import parse_run_python, run_python_answer
 class CodeRunToolHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
-        call = await offload_if(self.body_size, parse_code_run, data, self.settings_, self.user)
+        call = await self.heavy(self.small_body, parse_code_run, data, self.settings_, self.user)
         record = await self.services.runs.run(call.request, self.hand_over_body())
         await self.send_json(code_run_answer(call, record))
 
@@ -22,8 +21,8 @@ class CodeRunToolHandler(BaseHandler):
 class RunPythonToolHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
-        call = await offload_if(
-            self.body_size,
+        call = await self.heavy(
+            self.small_body,
             parse_run_python,
             data,
             self.settings_,
@@ -38,7 +37,7 @@ class RunPythonToolHandler(BaseHandler):
 class CodeExecToolHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
-        call = await offload_if(self.body_size, parse_code_exec, data, self.settings_, self.user)
+        call = await self.heavy(self.small_body, parse_code_exec, data, self.settings_, self.user)
         runs = self.services.runs
         if call.request.background:
             active = await runs.submit(call.request, self.hand_over_body())

@@ -9,7 +9,6 @@ handlers parse in a thread.
 
 from __future__ import annotations
 
-import copy
 import json
 import secrets
 from collections.abc import Mapping
@@ -18,8 +17,8 @@ from typing import Annotated, Any, Literal, TypeGuard
 import nbformat
 from pydantic import Field, WithJsonSchema
 
-from gateway.errors import InvalidRequest, UnsupportedLanguage
-from gateway.jsoncodec import parse_json
+from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedLanguage
+from gateway.jsoncodec import JsonLimits, parse_json
 from gateway.models.base import Body
 from gateway.models.common import LANGUAGES, Language
 from gateway.models.languages import KERNEL_LANGUAGES, notebook_metadata
@@ -113,19 +112,29 @@ def cleared(notebook: dict[str, Any], language: Language) -> dict[str, Any]:
     return notebook
 
 
-def read_notebook(raw: Any, notes: list[str], max_depth: int) -> dict[str, Any]:
+def notebook_text(data: Any) -> str | None:
+    """The notebook of a replay's body or message when it is sent as its JSON text."""
+    if isinstance(data, Mapping) and "nbformat" not in data:
+        text = data.get("notebook")
+        return text if isinstance(text, str) else None
+    return None
+
+
+def read_notebook(raw: Any, notes: list[str], limits: JsonLimits) -> dict[str, Any]:
     """A valid nbformat v4 notebook from a decoded JSON object (or its JSON text, held to
-    the same rules as a body: at most `max_depth` levels deep, no NaN, Unicode text).
+    the same rules as a body: within `limits`, no NaN, Unicode text), of at most
+    `limits.cells` cells (413).
 
     Notebooks of older formats are converted to v4; missing or repeated cell ids are
     replaced (with a note), as nbformat's `normalize` does; anything else nbformat's
-    validator finds wrong is a 400 with its reason.
+    validator finds wrong is a 400 with its reason. A v4 notebook is checked and repaired
+    where it is (the caller's parsed body, which nothing else reads): no copy of it is made.
     """
     if isinstance(raw, str):
         try:
-            raw = parse_json(raw, max_depth, "`notebook`")
-        except InvalidRequest as exc:
-            raise InvalidRequest(exc.message, field="notebook") from None
+            raw = parse_json(raw, limits, "`notebook`")
+        except (InvalidRequest, PayloadTooLarge) as exc:
+            raise type(exc)(exc.message, field="notebook") from None
     if not isinstance(raw, Mapping):
         raise InvalidRequest("`notebook` must be a notebook object.", field="notebook")
     version, minor = raw.get("nbformat"), raw.get("nbformat_minor", 0)
@@ -147,22 +156,29 @@ def read_notebook(raw: Any, notes: list[str], max_depth: int) -> dict[str, Any]:
     cells = raw.get("cells", [])
     if not isinstance(cells, list) or not all(isinstance(c, Mapping) for c in cells):
         raise InvalidRequest("`cells` must be a list of cell objects.", field="notebook.cells")
-    notebook = nbformat.from_dict(copy.deepcopy(dict(raw)))
-    if version < 4:
-        _validate(notebook)
+    if limits.cells is not None and len(cells) > limits.cells:
+        raise PayloadTooLarge(
+            f"The notebook has {len(cells)} cells; the most a replay takes is {limits.cells}.",
+            field="notebook.cells",
+        )
+    if version == 4:
+        notebook = dict(raw)  # (a Mapping that is not a dict becomes one; its parts are kept)
+    else:
+        old = nbformat.from_dict(dict(raw))
+        _validate(old)
         try:
-            notebook = nbformat.convert(notebook, 4)
+            converted = nbformat.convert(old, 4)
         except Exception as exc:  # nbformat's converters raise whatever they meet
             raise InvalidRequest(
                 f"The nbformat {version} notebook could not be converted to v4: {exc}.",
                 field="notebook",
             ) from exc
+        notebook = json.loads(json.dumps(converted))  # plain dicts, as a v4 one is
     minor = notebook.get("nbformat_minor")
     if notebook.get("nbformat") == 4 and _is_int(minor) and minor >= 5:
         _repair_ids(notebook, notes)  # (a missing minor is left to nbformat's validator)
     _validate(notebook)
-    plain: dict[str, Any] = json.loads(json.dumps(notebook))
-    return plain
+    return notebook
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.auth import Principal, is_user_folder, user_folder
 from gateway.errors import Forbidden, InvalidPath, InvalidRequest, PayloadTooLarge
+from gateway.jsoncodec import JsonLimits
 from gateway.models.notebook import (
     NotebookBody,
     cell_source,
@@ -60,11 +61,21 @@ def run_request(body: RunBody, settings: Settings, caller: Principal) -> RunRequ
     )
 
 
+def json_limits(settings: Settings, *, notebook: bool) -> JsonLimits:
+    """What one JSON body or WebSocket message may hold: a notebook replay's, or any
+    other's (a run's, a tool call's)."""
+    if notebook:
+        return JsonLimits(
+            settings.max_json_depth, settings.max_notebook_values, settings.max_notebook_cells
+        )
+    return JsonLimits(settings.max_json_depth, settings.max_json_values)
+
+
 def notebook_request(body: NotebookBody, settings: Settings, caller: Principal) -> NotebookRequest:
     """A `POST /v1/notebooks/run` body under this gateway's policy (CPU work: nbformat
     validates the notebook; call it in a thread)."""
     notes: list[str] = []
-    notebook = read_notebook(body.notebook, notes, settings.max_json_depth)
+    notebook = read_notebook(body.notebook, notes, json_limits(settings, notebook=True))
     language = notebook_language(notebook["metadata"])
     code_bytes = sum(
         len(cell_source(c).encode("utf-8", "surrogatepass"))

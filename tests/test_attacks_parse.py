@@ -1,0 +1,392 @@
+"""What a body becomes once parsed (issue 29, rows 1-5): bytes were budgeted, the objects
+they became were not. 47 MiB of `{}` was 2.4 GiB of dicts and 18 s of a C call holding the
+GIL; two at once 4.7 GiB; six sent and hung up on 9.1 GiB (their room was given back while
+the parse went on); a notebook of 900,000 empty cells 1.1 GiB a request; 24 connections of
+256 KiB bodies of `{}` (parsed on the event loop) held another user's health for 6 s.
+
+Each attack runs against a gateway in a process of its own (its memory is its alone) with
+a tokens file, on every backend, while the gateway's resident memory is sampled and
+another user (bob) times `GET /v1/health` and a `GET` of his own record. The promise: the
+gateway stays within its settled size plus its budgets (DESIGN.md, "Gateway resources":
+about 512 MiB), and bob is answered within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.offload import OWNER, heavy_work
+from tests import raw_socket
+from tests.conftest import start_gateway
+from tests.support import (
+    Client,
+    GatewayProcess,
+    GatewayThread,
+    Watch,
+    serving,
+    wait_for,
+    watching,
+    write_tokens,
+)
+
+pytestmark = pytest.mark.attack
+
+MiB = 1024 * 1024
+MALLORY, BOB = "mallory-token-0123456789", "bob-token-0123456789abcd"
+BOB_ANSWERS = 1.0  # seconds: bob's health and his own record, whatever mallory sends
+BUDGET = 512 * MiB  # DESIGN.md's sum of the budgets, with the defaults
+MIN_PROBES = 5
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Path:
+    return write_tokens(tmp_path / "secrets", {MALLORY: ("mallory", "user"), BOB: ("bob", "user")})
+
+
+@contextlib.contextmanager
+def gateway(backend: str, tmp_path: Path, tokens: Path) -> Iterator[GatewayProcess]:
+    data = tmp_path / "data"
+    data.mkdir()
+    settings: dict[str, Any] = {"tokens": tokens}
+    if backend == "local":
+        settings["allow_local_multi_user"] = True
+    yield from serving(GatewayProcess(backend, data, **settings).start())
+
+
+def bobs_record(server: GatewayProcess) -> str:
+    """Bob's own record of about 300 KB, for him to read while mallory attacks."""
+    record = Client(server.port, BOB).run(code="print('b' * 300_000)", timeout=60)
+    assert record["status"] == "succeeded", record
+    return f"/v1/runs/{record['id']}"
+
+
+def post_head(path: str, length: int, token: str = MALLORY) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def answer_of(sock: socket.socket) -> bytes:
+    data = b""
+    with contextlib.suppress(OSError):
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+def send(port: int, head: bytes, body: bytes, hang_up_after: float | None = None) -> bytes:
+    """Send a request; its answer's head, or b"" when hanging up `hang_up_after` seconds
+    after the body went."""
+    with raw_socket.connect(port, timeout=120) as sock:
+        with contextlib.suppress(OSError):
+            sock.sendall(head + body)
+        if hang_up_after is not None:
+            time.sleep(hang_up_after)
+            return b""
+        return answer_of(sock)
+
+
+def in_threads(*calls: Any) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    def call(i: int) -> None:
+        function, *args = calls[i]
+        results[i] = function(*args)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    return results
+
+
+def assert_bob_served(watch: Watch, growth: int) -> None:
+    assert watch.growth < growth, watch.report()
+    assert watch.worst_health < BOB_ANSWERS and watch.worst_also < BOB_ANSWERS, watch.report()
+    assert not watch.failures, watch.report()
+
+
+EMPTY_OBJECTS = b'{"code": "1", "x": [' + b",".join([b"{}"] * (16 * 1024 * 1024 - 10)) + b"]}"
+
+
+def test_bodies_of_millions_of_values_are_refused_before_they_become_objects(
+    backend_name: str, tmp_path: Path, tokens: Path
+) -> None:
+    """Rows 1-3: one 47 MiB body of `{}` (16 M dicts), two at once, then six sent and hung up
+    on 0.3 s later. Each is a 413 from its bytes (`max_json_values`) before a dict exists;
+    the hung-up ones are given up with their work. Before: +2.3 GiB for one, 4.7 GiB for
+    two, 9.1 GiB for the six, bob's record 47-122 s."""
+    body = EMPTY_OBJECTS
+    head = post_head("/v1/runs", len(body))
+    with gateway(backend_name, tmp_path, tokens) as server:
+        record = bobs_record(server)
+        with watching(server.pid, server.port, BOB, MIN_PROBES, also=record) as watch:
+            one = send(server.port, head, body)
+            two = in_threads((send, server.port, head, body), (send, server.port, head, body))
+            for _ in range(6):
+                send(server.port, head, body, hang_up_after=0.3)
+        for answer in (one, *two):
+            assert b" 413 " in answer.split(b"\r\n")[0], answer[:300]
+        assert Client(server.port, BOB).request("GET", record).status == 200
+    # the bodies' own bytes (up to two 47 MiB at once) and the scan's pieces, no objects
+    assert_bob_served(watch, 200 * MiB)
+
+
+def notebook_of(cells: int) -> bytes:
+    cell = b'{"cell_type":"markdown","metadata":{},"source":""}'
+    return (
+        b'{"nbformat":4,"nbformat_minor":4,"metadata":{},"cells":['
+        + b",".join([cell] * cells)
+        + b"]}"
+    )
+
+
+def websocket(port: int, token: str) -> socket.socket:
+    sock = raw_socket.connect(port, timeout=120)
+    sock.sendall(
+        (
+            f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n\r\n"
+        ).encode()
+    )
+    assert b" 101 " in answer_of(sock).split(b"\r\n")[0]
+    return sock
+
+
+def text_frame(payload: bytes) -> bytes:
+    """A client's text frame (masked with a zero key: the payload as it is)."""
+    return bytes([0x81, 0x80 | 127]) + struct.pack(">Q", len(payload)) + b"\0\0\0\0" + payload
+
+
+TRY_AGAIN_LATER = b"\x03\xf5"  # a close frame's code, 1013: the message found no room
+
+
+def replay_over_websocket(port: int, notebook: bytes) -> bytes:
+    """What the gateway answered a replay sent over a WebSocket: its events, or its close."""
+    data = b""
+    with websocket(port, MALLORY) as sock:
+        message = b'{"type": "notebook", "ref": 1, "notebook": ' + notebook + b"}"
+        with contextlib.suppress(OSError):  # refused mid-way: the gateway closed on us
+            sock.sendall(text_frame(message))
+        with contextlib.suppress(OSError):
+            while b'"error"' not in data and b'"accepted"' not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    return data
+
+
+def test_a_notebook_of_900000_cells_is_refused_from_its_bytes(
+    backend_name: str, tmp_path: Path, tokens: Path
+) -> None:
+    """Row 4: 900,000 empty markdown cells (43 MiB) replayed over HTTP and over two
+    WebSockets. Each took +1.1 GiB and 49 s, and went on after its client left; now it is a
+    413 from its bytes (`max_notebook_cells`) before it is parsed."""
+    notebook = notebook_of(900_000)
+    with gateway(backend_name, tmp_path, tokens) as server:
+        record = bobs_record(server)
+        with watching(server.pid, server.port, BOB, MIN_PROBES, also=record) as watch:
+            answers = in_threads(
+                (send, server.port, post_head("/v1/notebooks/run", len(notebook)), notebook),
+                (replay_over_websocket, server.port, notebook),
+                (replay_over_websocket, server.port, notebook),
+            )
+    assert b" 413 " in answers[0].split(b"\r\n")[0], answers[0][:300]
+    for events in answers[1:]:  # refused for its cells, or its bytes found no room
+        refused = b'"payload_too_large"' in events and b"cells" in events
+        assert refused or (events[:1] == b"\x88" and events[2:4] == TRY_AGAIN_LATER), events[-500:]
+    assert any(b'"payload_too_large"' in events for events in answers[1:]), answers[1:]
+    assert_bob_served(watch, 200 * MiB)
+
+
+def test_many_small_bodies_of_one_user_do_not_hold_the_loop(
+    backend_name: str, tmp_path: Path, tokens: Path
+) -> None:
+    """Row 5: 24 keep-alive connections posting 256 KiB bodies of `{}` (87,000 dicts each,
+    parsed on the event loop, 50-100 ms each) for 10 s. Bob's health took up to 6.3 s and his
+    `print(1)` 17.9 s; now a body of more than a few thousand values is parsed in the
+    heavy-work pool, where mallory's work takes one worker at a time."""
+    items = (256 * 1024 - 40) // 3
+    body = b'{"code": "1", "x": [' + b",".join([b"{}"] * items) + b"]}"
+    head = post_head("/v1/runs", len(body))
+    stop = threading.Event()
+    answers: list[bytes] = []
+
+    def keep_posting(port: int) -> None:
+        with raw_socket.connect(port, timeout=120) as sock:
+            while not stop.is_set():
+                try:
+                    sock.sendall(head + body)
+                    answer = answer_of(sock)
+                    length = int(answer.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                    rest = answer.split(b"\r\n\r\n", 1)[1]
+                    while len(rest) < length:
+                        rest += sock.recv(65536)
+                except (OSError, IndexError, ValueError):
+                    return
+                answers.append(answer.split(b"\r\n")[0])
+
+    with gateway(backend_name, tmp_path, tokens) as server:
+        record = bobs_record(server)
+        bob = Client(server.port, BOB)
+        senders = [threading.Thread(target=keep_posting, args=(server.port,)) for _ in range(24)]
+        with watching(server.pid, server.port, BOB, MIN_PROBES, also=record) as watch:
+            for thread in senders:
+                thread.start()
+            time.sleep(3)
+            started = time.monotonic()
+            run = bob.run(code="print(1)", timeout=60)
+            bobs_run = time.monotonic() - started
+            time.sleep(7)
+            stop.set()
+            for thread in senders:
+                thread.join(120)
+    assert run["status"] == "succeeded" and run["stdout"] == "1\n", run
+    assert answers and all(b" 400 " in a or b" 503 " in a for a in answers), set(answers)
+    # bob's run starts a kernel of its own (no pools here): its time is that start's, and
+    # mallory's bodies add at most a second to it
+    assert bobs_run < 10, bobs_run
+    assert_bob_served(watch, 200 * MiB)
+
+
+# --- room held until the work stops -----------------------------------------------------------
+
+
+def big_notebook(cells: int) -> bytes:
+    """A notebook that takes the gateway a while to check (sources, ids, nbformat)."""
+    notebook = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "id": f"c{i}",
+                "cell_type": "code",
+                "metadata": {"tags": ["a", "b"]},
+                "source": ["x = 1\n"] * 8,
+                "outputs": [],
+                "execution_count": None,
+            }
+            for i in range(cells)
+        ],
+    }
+    return json.dumps(notebook).encode()
+
+
+@pytest.fixture
+def mallorys_gateway(tokens: Path) -> Iterator[GatewayThread]:
+    server = start_gateway(
+        "local", tokens=tokens, allow_local_multi_user=True, max_notebook_cells=200_000
+    )
+    yield from serving(server)
+
+
+class Blocker:
+    """A piece of heavy work done for `owner` on the gateway's loop, which holds one of the
+    pool's workers (the owner's one) until it is let go."""
+
+    def __init__(self, server: GatewayThread, owner: str) -> None:
+        self._release = threading.Event()
+
+        async def hold() -> None:
+            OWNER.set(owner)
+            await heavy_work().run(self._release.wait, 120)
+
+        self.done = asyncio.run_coroutine_threadsafe(hold(), server.loop)
+        assert wait_for(lambda: heavy_work().running(owner) == 1, timeout=30)
+
+    def let_go(self) -> None:
+        self._release.set()
+        self.done.result(30)
+
+
+def test_work_queued_for_a_client_that_left_is_given_up(
+    mallorys_gateway: GatewayThread,
+) -> None:
+    """Mallory's notebook waits for her one worker (one piece of heavy work per user at a
+    time); she hangs up: it never runs, and its room goes back once its handler has
+    ended."""
+    server = mallorys_gateway
+    bodies = server.gateway.services.bodies  # type: ignore[union-attr]
+    pool = heavy_work()
+    notebook = big_notebook(20_000)
+    blocker = Blocker(server, "mallory")
+    try:
+        with raw_socket.connect(server.port, timeout=120) as sock:
+            sock.sendall(post_head("/v1/notebooks/run", len(notebook)) + notebook)
+            assert wait_for(lambda: pool.waiting("mallory") == 1, timeout=60)
+        assert wait_for(lambda: pool.waiting("mallory") == 0, timeout=10)
+        assert pool.running("mallory") == 1  # only the blocker: the notebook never ran
+        assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=10)
+    finally:
+        blocker.let_go()
+
+
+def test_a_body_keeps_its_room_until_its_parse_ends_after_its_client_left(
+    mallorys_gateway: GatewayThread,
+) -> None:
+    """Row 3: the room of a body whose client hung up was given back at once while its
+    parse went on: six 47 MiB bodies hung up on held 282 MiB against a 96 MiB share. Now
+    the room is held until the work it started has ended (nbformat's check of 40,000
+    cells, here), then given back, and no run is started for a client that left."""
+    server = mallorys_gateway
+    bodies = server.gateway.services.bodies  # type: ignore[union-attr]
+    pool = heavy_work()
+    notebook = big_notebook(40_000)
+    held_while_running: list[int] = []
+    with raw_socket.connect(server.port, timeout=120) as sock:
+        sock.sendall(post_head("/v1/notebooks/run", len(notebook)) + notebook)
+        # its room grown by what its parse makes: it is being parsed or checked
+        assert wait_for(
+            lambda: pool.running("mallory") == 1 and bodies.held_by("mallory") > len(notebook),
+            timeout=60,
+            interval=0.002,
+        )
+    while pool.running("mallory"):
+        held_while_running.append(bodies.held_by("mallory"))
+        time.sleep(0.002)
+    assert held_while_running and min(held_while_running) > 0, held_while_running[:5]
+    assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=30)
+    assert server.gateway.services.runs.running == 0  # type: ignore[union-attr]
+
+
+def test_a_websocket_message_keeps_its_room_until_its_parse_ends(
+    mallorys_gateway: GatewayThread,
+) -> None:
+    """The same for a WebSocket: its `on_close` gave the message's room back while the
+    message was still being handled."""
+    server = mallorys_gateway
+    bodies = server.gateway.services.bodies  # type: ignore[union-attr]
+    pool = heavy_work()
+    message = b'{"type": "notebook", "ref": 1, "notebook": ' + big_notebook(40_000) + b"}"
+    held_while_running: list[int] = []
+    with websocket(server.port, MALLORY) as sock:
+        sock.sendall(text_frame(message))
+        assert wait_for(
+            lambda: pool.running("mallory") == 1 and bodies.held_by("mallory") > len(message),
+            timeout=60,
+            interval=0.002,
+        )
+    while pool.running("mallory"):
+        held_while_running.append(bodies.held_by("mallory"))
+        time.sleep(0.002)
+    assert held_while_running and min(held_while_running) > 0, held_while_running[:5]
+    assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=30)
