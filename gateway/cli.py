@@ -16,8 +16,8 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 
 from gateway import settings as settings_module
-from gateway.client import mcp
-from gateway.client import run as run_command
+from gateway.commands import mcp
+from gateway.commands import run as run_command
 from gateway.configure import configure_logging, load_settings
 from gateway.extras import missing
 from gateway.version import __version__

@@ -1,6 +1,10 @@
-"""The gateway's domain exceptions, and the one place they become HTTP.
+"""The gateway's one exception vocabulary: what the server reports to a client on purpose,
+and what the client raises when it is told so (or told nothing). The server renders each
+as `{"error": {code, message, field?}}` with its status (`handlers/base.py`, one
+`write_error`); the client turns an answer back into the class of its status and code
+(`gateway.client.answers`), so both sides name every error alike.
 
-    GatewayError                      anything we report to a client on purpose
+    GatewayError                      status, code, message, field, retry_after
      +-- InvalidRequest        400    invalid_request (and a more specific code)
      |    +-- UnsupportedLanguage 400 unsupported_language
      |    +-- InvalidPath         400 invalid_path
@@ -10,15 +14,19 @@
      +-- NotFound              404    not_found
      +-- PayloadTooLarge       413    payload_too_large
      +-- UnsupportedMediaType  415    unsupported_media_type
+     +-- RateLimited           429    capacity: too many runs or connections (Retry-After)
      +-- ClientGone            499    client_closed_request: never sent, the client left
-     +-- CapacityExceeded      429    capacity (with Retry-After)
-     +-- Overloaded            503    capacity: no memory to spare now (with Retry-After)
-     +-- SandboxError          503    sandbox_unavailable: a kernel or sandbox could not start
-     +-- StoreUnavailable      503    store_unavailable: the record store cannot be reached
+     +-- ServerError           500    internal: a bug of the gateway (logged)
+     +-- Unavailable           503    the gateway cannot serve now (Retry-After)
+     |    +-- Overloaded          503 capacity: no memory to spare now
+     |    +-- SandboxError        503 sandbox_unavailable: a kernel or sandbox could not start
+     |    +-- StoreUnavailable    503 store_unavailable: the record store cannot be reached
+     +-- Unreachable            -     the client's: no answer (refused, reset, timed out)
+     +-- UnexpectedAnswer       -     the client's: an answer that is not the API's
 
 User code that fails is never one of these: it is a run record with status "failed".
-Foreign exceptions (Docker, ZMQ, nbformat, the PostgreSQL driver) are translated into these
-where they are caught.
+Foreign exceptions (Docker, ZMQ, nbformat, the PostgreSQL driver, the client's HTTP and
+WebSocket libraries) are translated into these where they are caught.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 class GatewayError(Exception):
-    """An error reported to the client as `{"error": {code, message, field?}}`."""
+    """An error answer of the gateway (`status`, `code`, `message`, `field`,
+    `retry_after`), or, in the client, none at all. Branch on the class or on `code`."""
 
     status = 500
     code = "internal"
@@ -61,6 +70,7 @@ class GatewayError(Exception):
         *,
         field: str | None = None,
         code: str | None = None,
+        status: int | None = None,
         retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
@@ -68,7 +78,13 @@ class GatewayError(Exception):
         self.field = field
         if code is not None:
             self.code = code
+        if status is not None:  # an answer's own (the client meets any status)
+            self.status = status
         self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        where = f" (field {self.field})" if self.field else ""
+        return f"{self.status} {self.code}: {self.message}{where}"
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -80,7 +96,8 @@ class GatewayError(Exception):
         return {"error": body}
 
 
-class InvalidRequest(GatewayError, status=400, code="invalid_request"): ...
+class InvalidRequest(GatewayError, status=400, code="invalid_request"):
+    """400: the request is wrong; `field` names the part at fault, e.g. `files[0].path`."""
 
 
 class UnsupportedLanguage(InvalidRequest, code="unsupported_language"): ...
@@ -92,19 +109,28 @@ class InvalidPath(InvalidRequest, code="invalid_path"): ...
 class ConflictingFields(InvalidRequest, code="conflicting_fields"): ...
 
 
-class Unauthorized(GatewayError, status=401, code="unauthorized"): ...
+class Unauthorized(GatewayError, status=401, code="unauthorized"):
+    """401: a token is required, or the one given is not known."""
 
 
-class Forbidden(GatewayError, status=403, code="forbidden"): ...
+class Forbidden(GatewayError, status=403, code="forbidden"):
+    """403: the operator does not allow this (network, uploads, a workspace, an origin)."""
 
 
-class NotFound(GatewayError, status=404, code="not_found"): ...
+class NotFound(GatewayError, status=404, code="not_found"):
+    """404: no such run or upload for this caller (or it expired, or was deleted)."""
 
 
-class PayloadTooLarge(GatewayError, status=413, code="payload_too_large"): ...
+class PayloadTooLarge(GatewayError, status=413, code="payload_too_large"):
+    """413: code, files, a body or a message over the operator's limit."""
 
 
 class UnsupportedMediaType(GatewayError, status=415, code="unsupported_media_type"): ...
+
+
+class RateLimited(GatewayError, status=429, code="capacity"):
+    """429 `capacity`: too many runs or connections of this caller, or the queue is full;
+    try again after `retry_after` seconds."""
 
 
 class ClientGone(GatewayError, status=499, code="client_closed_request"):
@@ -113,17 +139,33 @@ class ClientGone(GatewayError, status=499, code="client_closed_request"):
     log shows 499, as nginx's does."""
 
 
-class CapacityExceeded(GatewayError, status=429, code="capacity"): ...
+class ServerError(GatewayError, status=500, code="internal"):
+    """500 (or another 5xx): the gateway failed; it logged why."""
 
 
-class Overloaded(GatewayError, status=503, code="capacity"):
+class Unavailable(GatewayError, status=503, code="unavailable"):
+    """503: the gateway cannot serve now (no memory to spare, no sandbox could start, the
+    run store does not answer); `retry_after` seconds when it said."""
+
+
+class Overloaded(Unavailable, code="capacity"):
     """The gateway has no room now for what this request needs held (its body, its answer):
     not the caller's fault; the client may try again after `Retry-After`."""
 
 
-class SandboxError(GatewayError, status=503, code="sandbox_unavailable"):
+class SandboxError(Unavailable, code="sandbox_unavailable"):
     """A sandbox or kernel could not be started or talked to (not the user's fault)."""
 
 
-class StoreUnavailable(GatewayError, status=503, code="store_unavailable"):
+class StoreUnavailable(Unavailable, code="store_unavailable"):
     """The record store (PostgreSQL) cannot be reached now; the client may try again."""
+
+
+class Unreachable(GatewayError, status=0, code="unreachable"):
+    """The client's: no answer from the gateway (the connection was refused, reset or
+    timed out)."""
+
+
+class UnexpectedAnswer(GatewayError, status=0, code="unexpected_answer"):
+    """The client's: an answer that is not the API's (not JSON, or not of the promised
+    shape; a proxy's page)."""

@@ -38,7 +38,7 @@ from gateway.client import (
     UnexpectedAnswer,
     Unreachable,
 )
-from gateway.client.errors import parse_retry_after
+from gateway.client.refusals import parse_retry_after
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.listing import RunList
 from gateway.models.record import RunRecord

@@ -1,6 +1,7 @@
-"""The client side (`gateway.client`: the client, `gateway run`, `gateway mcp`) and the
-server meet only in `gateway/cli.py`, the command line; the client side imports nothing of
-the server (tests/test_layers.py checks the layers of the server side)."""
+"""The client side (`gateway.client`, the typed client, and `gateway.commands`: `gateway
+run`, `gateway mcp`) and the server meet only in `gateway/cli.py`, the command line; the
+client side imports nothing of the server but the one exception vocabulary they share
+(tests/test_layers.py checks the layers of the server side)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,18 @@ from pathlib import Path
 from tests.support import REPO
 
 GATEWAY = REPO / "gateway"
-CLIENT = GATEWAY / "client"
-# What the client side may import of the gateway: itself and the bottom of the layers.
-CLIENT_MAY_IMPORT = ("gateway.client", "gateway.models", "gateway.terminal", "gateway.version")
-# What those load in turn: the models' validators raise the API's errors (`gateway.errors`,
-# a module of the bottom layer that imports nothing of ours). The client never imports it.
-LOADED_WITH_THEM = ("gateway.errors",)
+CLIENT_SIDE = (GATEWAY / "client", GATEWAY / "commands")
+# What the client side may import of the gateway: itself and the bottom of the layers, the
+# exception vocabulary (`gateway.errors`, a leaf that imports nothing of ours) among them.
+CLIENT_MAY_IMPORT = (
+    "gateway.client",
+    "gateway.commands",
+    "gateway.errors",
+    "gateway.models",
+    "gateway.terminal",
+    "gateway.version",
+)
+LOADED_WITH_THEM: tuple[str, ...] = ()
 
 
 def module_name(path: Path) -> str:
@@ -50,7 +57,7 @@ def test_the_module_walk_sees_the_imports_it_must_judge() -> None:
     """The check below cannot pass by reading nothing: the command line is seen importing
     both sides."""
     names = set(imported(GATEWAY / "cli.py"))
-    assert any(within(name, "gateway.client") for name in names)
+    assert any(within(name, "gateway.commands") for name in names)
     assert any(within(name, "gateway.server") for name in names)
 
 
@@ -58,19 +65,19 @@ def test_the_server_side_never_imports_the_client_side() -> None:
     offenders = [
         f"{path.relative_to(REPO)} imports {name}"
         for path in sorted(GATEWAY.rglob("*.py"))
-        if not path.is_relative_to(CLIENT) and path != GATEWAY / "cli.py"
+        if not any(path.is_relative_to(side) for side in CLIENT_SIDE) and path != GATEWAY / "cli.py"
         for name in imported(path)
-        if within(name, "gateway.client")
+        if within(name, "gateway.client") or within(name, "gateway.commands")
     ]
     assert offenders == []
 
 
 def test_the_client_side_imports_nothing_of_the_server() -> None:
-    modules = sorted(CLIENT.rglob("*.py"))
+    modules = sorted(path for side in CLIENT_SIDE for path in side.rglob("*.py"))
     assert {module_name(path) for path in modules} >= {
         "gateway.client",
-        "gateway.client.run",
-        "gateway.client.mcp",
+        "gateway.commands.run",
+        "gateway.commands.mcp",
     }
     offenders = [
         f"{path.relative_to(REPO)} imports {name}"
@@ -86,7 +93,7 @@ def test_the_client_side_imports_nothing_of_the_server() -> None:
 def test_importing_the_client_side_loads_no_server_module() -> None:
     """Transitively too: what the allowed modules import must not pull the server in."""
     probe = (
-        "import sys, gateway.client, gateway.client.run, gateway.client.mcp\n"
+        "import sys, gateway.client, gateway.commands.run, gateway.commands.mcp\n"
         "print('\\n'.join(sorted(sys.modules)))"
     )
     loaded = subprocess.run(

@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
     {"app", "http_server"},
     {"server"},
     {"client"},  # client-side code (tests/test_client_isolation.py): above the server
+    {"commands"},  # `gateway run` and `gateway mcp`, on the client
     {"cli", "__main__"},  # the command line: `serve`, and the client-side commands
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
@@ -84,3 +85,18 @@ def test_design_md_names_the_same_layers_in_the_same_order() -> None:
     table = [set(re.findall(r"`([a-z_]+)`", names)) for _, names in rows]
     assert [int(rank) for rank, _ in rows] == list(range(len(LAYERS)))
     assert table == [names - {"__init__"} for names in LAYERS]  # the package's own module
+
+
+def test_no_two_classes_of_the_gateway_share_a_name() -> None:
+    """One name per concept (issue 30): the server and the client raised `GatewayError`s of
+    two trees with the same names, and `Upload`, `Cell` and `Unavailable` each named two
+    things. A public class's name says which one it is, anywhere in the gateway (a private
+    one, `_Name`, is its module's own)."""
+    homes: dict[str, list[str]] = {}
+    for path in sorted((REPO / "gateway").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(str(path.relative_to(REPO)))
+    shared = {name: paths for name, paths in homes.items() if len(paths) > 1}
+    assert len(homes) > 100 and shared == {}

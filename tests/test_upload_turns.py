@@ -21,9 +21,9 @@ import pytest
 
 from gateway import settings as settings_module
 from gateway.budget import Quota
-from gateway.errors import CapacityExceeded
+from gateway.errors import RateLimited
 from gateway.uploads.service import UploadService
-from gateway.uploads.shelf import Upload, UploadShelf, new_upload_id
+from gateway.uploads.shelf import ShelvedUpload, UploadShelf, new_upload_id
 
 pytestmark = pytest.mark.attack
 
@@ -39,20 +39,20 @@ class HeldShelf(UploadShelf):
 
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
-    ) -> Upload:
+    ) -> ShelvedUpload:
         async with self.changed:
             self.keeping.append(user)
             self.changed.notify_all()
         await self.go.wait()
         self.keeping.remove(user)
-        return Upload(new_upload_id(), user, 0.0, entries, unpacked_bytes, len(data))
+        return ShelvedUpload(new_upload_id(), user, 0.0, entries, unpacked_bytes, len(data))
 
     async def reach(self, users: list[str]) -> None:
         """Until exactly `users` are being kept (in any order)."""
         async with self.changed:
             await self.changed.wait_for(lambda: sorted(self.keeping) == sorted(users))
 
-    async def find(self, upload_id: str) -> Upload | None:
+    async def find(self, upload_id: str) -> ShelvedUpload | None:
         return None
 
     async def read(self, upload_id: str) -> bytes | None:
@@ -73,7 +73,7 @@ def store(shelf: UploadShelf, **settings: Any) -> UploadService:
     return UploadService(settings_module.load(environ={}, overrides=settings), shelf)
 
 
-def start(coroutine: Awaitable[Upload]) -> asyncio.Future[Upload]:
+def start(coroutine: Awaitable[ShelvedUpload]) -> asyncio.Future[ShelvedUpload]:
     return asyncio.ensure_future(coroutine)
 
 
@@ -87,7 +87,7 @@ def test_one_user_waits_for_their_own_turn_and_others_go_ahead() -> None:
         uploads = store(shelf, max_concurrent_uploads_per_user=1, upload_wait_timeout=0.5)
         first = start(uploads.create(archive(), "ann"))
         await shelf.reach(["ann"])
-        with pytest.raises(CapacityExceeded, match="You already have 1 uploads") as refused:
+        with pytest.raises(RateLimited, match="You already have 1 uploads") as refused:
             await asyncio.wait_for(uploads.create(archive(), "ann"), 10)
         assert refused.value.retry_after and refused.value.status == 429
         bobs = start(uploads.create(archive(), "bob"))
@@ -119,7 +119,7 @@ def test_the_gateway_keeps_at_most_its_cap_and_its_shelfs_at_once() -> None:
             users = [f"user{i}" for i in range(expected)]
             held = [start(uploads.create(archive(), user)) for user in users]
             await shelf.reach(users)
-            with pytest.raises(CapacityExceeded, match="busy storing other uploads"):
+            with pytest.raises(RateLimited, match="busy storing other uploads"):
                 await asyncio.wait_for(uploads.create(archive(), "late"), 10)
             assert len(shelf.keeping) == expected
             shelf.go.set()

@@ -14,8 +14,9 @@
 
 Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `Upload`,
 `RunList` of `list_runs`; `Environment`; `NotebookResult` for a replay). Error answers are
-raised as the exception tree of `gateway.client.errors` (`InvalidRequest` with `field`,
-`RateLimited` with `retry_after`, ...); no answer at all is `Unreachable`. The package is also
+raised as the classes the server raised them as, of the gateway's one exception tree
+(`gateway.errors`: `InvalidRequest` with `field`, `RateLimited` with `retry_after`, ...);
+no answer at all is `Unreachable`. The package is also
 the home of `gateway run` (`run.py`) and `gateway mcp` (`mcp.py`); it imports nothing of the
 server.
 """
@@ -29,7 +30,9 @@ from gateway.client.base import (
     RunOptions,
 )
 from gateway.client.clients import AsyncGatewayClient, GatewayClient
-from gateway.client.errors import (
+from gateway.client.parts import returned_files, run_charts, run_error
+from gateway.client.stream import RunStream, StreamEvent
+from gateway.errors import (
     Forbidden,
     GatewayError,
     InvalidRequest,
@@ -42,8 +45,6 @@ from gateway.client.errors import (
     UnexpectedAnswer,
     Unreachable,
 )
-from gateway.client.parts import returned_files, run_charts, run_error
-from gateway.client.stream import RunStream, StreamEvent
 
 __all__ = [
     "DEFAULT_TIMEOUT",

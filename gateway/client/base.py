@@ -1,6 +1,6 @@
 """What `GatewayClient` and `AsyncGatewayClient` share, written once: the gateway's URL,
 the headers (the bearer token), each call's request, and how its answer becomes a model or
-an error (`gateway.client.errors`). Only sending differs between the two clients, as in
+an error (`gateway.client.refusals`). Only sending differs between the two clients, as in
 httpx's `BaseClient`: each public method of theirs builds a `Call` here and sends it.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Generic, Literal, Required, Self, TypedDict, TypeVar
 
 import pydantic
 
-from gateway.client.errors import error_from_answer, is_error_answer, not_the_api
+from gateway.client.refusals import error_from_answer, is_error_answer, not_the_api
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.common import Language, Status
 from gateway.models.environment import Environment

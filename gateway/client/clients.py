@@ -31,8 +31,9 @@ from gateway.client.base import (
     notebook_body,
     run_body,
 )
-from gateway.client.errors import GatewayError, Unreachable, error_from_answer, not_the_api
+from gateway.client.refusals import error_from_answer, not_the_api
 from gateway.client.stream import RunStream
+from gateway.errors import GatewayError, Unreachable
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.environment import Environment
 from gateway.models.listing import RunList
@@ -61,7 +62,7 @@ class GatewayClient(BaseGatewayClient):
             record = client.run("print(1)")          # a RunRecord
             client.get_run(record.id), client.notebook(record.id)
 
-    Errors are raised as `gateway.client.errors.GatewayError` subclasses. One instance
+    Errors are raised as `gateway.errors.GatewayError` subclasses. One instance
     may be shared between threads; `close()` (or the `with` block) ends its connections.
     """
 

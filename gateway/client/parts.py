@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import pydantic
 
-from gateway.client.errors import not_the_api
+from gateway.client.refusals import not_the_api
 from gateway.models.record import (
     Chart,
     ReturnedFile,

@@ -15,7 +15,7 @@ after `done`. Leaving the iteration early (`break`, an exception, leaving the `a
 with`) closes the connection, and the gateway cancels a run whose connection closed;
 `cancel()` asks the gateway to cancel it and the iteration goes on to its `done` event
 (`status: cancelled`). An `error` event about the run is raised as the client's error
-(`gateway.client.errors`); the connection's own failures as `Unreachable`.
+(`gateway.client.refusals`); the connection's own failures as `Unreachable`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from gateway.client.base import AsyncClosing
-from gateway.client.errors import Unreachable, error_from_event, not_the_api
+from gateway.client.refusals import error_from_event, not_the_api
+from gateway.errors import Unreachable
 from gateway.models.record import RunRecord
 from gateway.models.stream import (
     AcceptedEvent,

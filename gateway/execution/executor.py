@@ -36,7 +36,7 @@ from gateway.execution.kernel_code import result_code, setup_code
 from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.result import RunResult, exit_code_of
-from gateway.execution.session import Cell, KernelSession, StartCancelled, limits_from
+from gateway.execution.session import CellRun, KernelSession, StartCancelled, limits_from
 from gateway.execution.value import SETUP_TIMEOUT, read_result, result_expressions
 from gateway.models.languages import traits
 from gateway.models.record import RunRecord
@@ -225,7 +225,7 @@ class Execution:
             last.ending = "output_limit"  # reading `result` back went past the limit
 
 
-def _status(cell: Cell, exit_code: int | None) -> CellStatus:
+def _status(cell: CellRun, exit_code: int | None) -> CellStatus:
     if cell.ending != "finished":
         return cell.ending
     return "ok" if exit_code == 0 else "error"

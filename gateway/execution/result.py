@@ -20,7 +20,7 @@ from gateway.execution.charts import charts_from_outputs, is_saved_chart
 from gateway.execution.collector import Caps
 from gateway.execution.errorcap import cap_error
 from gateway.execution.program import Program
-from gateway.execution.session import Cell, Ending
+from gateway.execution.session import CellRun, Ending
 from gateway.execution.textcap import HeadTailText
 from gateway.models.common import KillReason
 from gateway.models.ipynb import store_notebook
@@ -61,7 +61,7 @@ def _whole(value: Any) -> int:
     return number if -(2**31) <= number < 2**31 else 1
 
 
-def error_of(cell: Cell, max_bytes: int) -> dict[str, Any] | None:
+def error_of(cell: CellRun, max_bytes: int) -> dict[str, Any] | None:
     """A cell's uncaught error: its `error` output (already cut), else that of a failed
     execute_reply, cut to `max_bytes` like an error output."""
     if cell.collector is not None and cell.collector.error is not None:
@@ -118,7 +118,7 @@ class RunResult:
         self.displays: dict[str, list[dict[str, Any]]] = {}  # kept outputs by display id
         self.error: dict[str, Any] | None = None
         self.exit_code: int | None = 0
-        self.last = Cell(source="")  # the cell whose ending decides the status
+        self.last = CellRun(source="")  # the cell whose ending decides the status
         self.closing = Closing()
 
     # --- as the cells finish ------------------------------------------------------------
@@ -135,7 +135,7 @@ class RunResult:
     def _named(self, name: str, note: str) -> str:
         return f"{name}: {note}" if self.program.cell_names else note
 
-    def add(self, name: str, cell: Cell) -> list[dict[str, Any]]:
+    def add(self, name: str, cell: CellRun) -> list[dict[str, Any]]:
         """Count a finished cell in (it is now the last); returns the outputs it keeps."""
         self.last = cell
         collector = cell.collector
@@ -163,21 +163,21 @@ class RunResult:
 
     def stop(self, ending: Ending) -> None:
         """The program stopped before a cell ran (cancelled, out of time): that decides."""
-        self.last = Cell(source="", ending=ending)
+        self.last = CellRun(source="", ending=ending)
 
     def update_display(self, display_id: str, data: dict[str, Any], metadata: Any) -> None:
         """A later cell updated a display: earlier cells' outputs with its id show it too."""
         for output in self.displays.get(display_id, []):
             output["data"], output["metadata"] = data, metadata
 
-    def fail(self, cell: Cell, exit_code: int | None) -> None:
+    def fail(self, cell: CellRun, exit_code: int | None) -> None:
         """Remember the first failing cell: its error and exit code stand for the program."""
         if not self.failed:
             self.failed = True
             self.error = error_of(cell, self.settings.error_cap_bytes)
             self.exit_code = exit_code
 
-    def note_stop(self, name: str, cell: Cell, by_cell_timeout: bool, more: bool) -> None:
+    def note_stop(self, name: str, cell: CellRun, by_cell_timeout: bool, more: bool) -> None:
         program = self.program
         after = " The cells after it did not run." if more else ""
         if cell.ending == "timeout" and program.cell_names:
@@ -236,7 +236,7 @@ class RunResult:
 
 
 def judge(
-    cell: Cell,
+    cell: CellRun,
     exit_code: int | None,
     error: dict[str, Any] | None,
     events: frozenset[str],

@@ -44,7 +44,7 @@ START_ATTEMPTS = 2  # a kernel that fails to start is tried once more, in a fres
 
 
 @dataclasses.dataclass
-class Cell:
+class CellRun:
     """One piece of code run in the kernel: what it printed and how it ended."""
 
     source: str
@@ -107,7 +107,7 @@ class KernelSession:
         caps: Caps | None = None,
         on_display: DisplayUpdate | None = None,
         user_expressions: dict[str, str] | None = None,
-    ) -> Cell:
+    ) -> CellRun:
         """Run one cell until it ends, `cancel` is set, or the instant `until`
         (`time.monotonic()`; the program's `Deadline` says when) is past: then the kernel is
         interrupted, given `interrupt_grace` s to flush, and the cell ends `timeout`.
@@ -126,7 +126,7 @@ class KernelSession:
         collector = OutputCollector(
             caps, listener, on_display, hold_error=self.traits.fenced_output
         )
-        cell = Cell(source=source, collector=collector)
+        cell = CellRun(source=source, collector=collector)
         assert cell.collector is not None
         started = time.monotonic()
         msg_id = self.client.execute(source, user_expressions=user_expressions)

@@ -35,11 +35,11 @@ import tornado.websocket
 from gateway.auth import Principal
 from gateway.budget import Hold
 from gateway.errors import (
-    CapacityExceeded,
     GatewayError,
     InvalidRequest,
     Overloaded,
     PayloadTooLarge,
+    RateLimited,
 )
 from gateway.execution.events import CellFinished, CellOutput, CellStarted, RunEvent
 from gateway.handlers.base import BUSY_RETRY_AFTER, GatewayHandler, Services
@@ -221,7 +221,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
             ]
         )
         if mine >= self.settings_.max_streams_per_user:
-            raise CapacityExceeded(
+            raise RateLimited(
                 f"You already have {mine} WebSocket connections open; the limit is "
                 f"{self.settings_.max_streams_per_user}.",
                 retry_after=5,

@@ -13,9 +13,9 @@ from collections.abc import Awaitable
 
 from gateway.budget import Hold, Quota
 from gateway.errors import (
-    CapacityExceeded,
     GatewayError,
     NotFound,
+    RateLimited,
     StoreUnavailable,
     UnsupportedLanguage,
 )
@@ -149,10 +149,10 @@ class RunService:
     def _admit(self) -> None:
         """This gateway's own capacity (the per-user limit is the store's, fleet-wide)."""
         if self._draining:
-            raise CapacityExceeded("The gateway is shutting down.", retry_after=self._retry)
+            raise RateLimited("The gateway is shutting down.", retry_after=self._retry)
         capacity = self.settings.max_concurrent_runs + self.settings.max_queued_runs
         if len(self.active) >= capacity:  # running + waiting for a slot
-            raise CapacityExceeded(
+            raise RateLimited(
                 "Every run slot is busy and the queue is full; try again shortly.",
                 retry_after=self._retry,
             )
@@ -213,7 +213,7 @@ class RunService:
             self._publish_leases()
             if mine is not None:
                 del self.active[record.id]
-                raise CapacityExceeded(
+                raise RateLimited(
                     f"You already have {mine} runs in progress; the limit is "
                     f"{self.settings.max_runs_per_user}.",
                     retry_after=self._retry,

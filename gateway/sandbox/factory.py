@@ -34,7 +34,7 @@ from gateway.sandbox.base import BackendContext, SandboxBackend
 C = TypeVar("C")
 
 
-class Unavailable(Exception):
+class BackendMissing(Exception):
     """A backend cannot run here; the message says why (a clause: "no Docker engine ...")."""
 
 
@@ -57,30 +57,34 @@ def config_from(kind: type[C], settings: Mapping[str, Any]) -> C:
 
 
 def load(entry: EntryPoint) -> type[SandboxBackend]:
-    """The backend class an entry point names; `Unavailable` when it cannot be imported
+    """The backend class an entry point names; `BackendMissing` when it cannot be imported
     (its packages missing: saying which extra installs them) or is not a backend."""
     try:
         loaded = entry.load()
     except ImportError as exc:
         extra = providing(exc.name or "")
         absent = missing(extra) if extra is not None else None
-        raise Unavailable(absent or f"the {entry.name} backend cannot be imported ({exc})") from exc
+        raise BackendMissing(
+            absent or f"the {entry.name} backend cannot be imported ({exc})"
+        ) from exc
     if not (isinstance(loaded, type) and issubclass(loaded, SandboxBackend)):
-        raise Unavailable(f"the entry point {entry.name} ({entry.value}) is not a sandbox backend")
+        raise BackendMissing(
+            f"the entry point {entry.name} ({entry.value}) is not a sandbox backend"
+        )
     return loaded
 
 
 async def _ready(cls: type[SandboxBackend], settings: Mapping[str, Any]) -> tuple[Any, str]:
-    """The backend's configuration and why it can run here; `Unavailable` if it cannot (its
+    """The backend's configuration and why it can run here; `BackendMissing` if it cannot (its
     extra incomplete, or its probe says no)."""
     if cls.extra is not None:
         absent = missing(cls.extra)
         if absent is not None:
-            raise Unavailable(absent)
+            raise BackendMissing(absent)
     config = config_from(cls.config_type, settings)
     ok, why = await cls.probe(config)
     if not ok:
-        raise Unavailable(why)
+        raise BackendMissing(why)
     return config, why
 
 
@@ -104,7 +108,7 @@ async def make_backend(
     try:
         cls = load(installed[name])
         config, _ = await _ready(cls, settings)
-    except Unavailable as exc:
+    except BackendMissing as exc:
         raise RuntimeError(f"--backend {name} was requested but {exc}") from None
     if context.multi_user and not cls.isolates_users and not settings["allow_local_multi_user"]:
         raise RuntimeError(
@@ -125,7 +129,7 @@ async def _auto(
     for name, entry in sorted(installed.items()):
         try:
             cls = load(entry)
-        except Unavailable as exc:  # its preference is unknown: it counts as one before
+        except BackendMissing as exc:  # its preference is unknown: it counts as one before
             skipped.append(str(exc))
             continue
         if cls.auto_preference is not None:
@@ -133,7 +137,7 @@ async def _auto(
     for _, name, cls in sorted(candidates, key=lambda c: (c[0], c[1])):
         try:
             config, why = await _ready(cls, settings)
-        except Unavailable as exc:
+        except BackendMissing as exc:
             skipped.append(str(exc))
             continue
         if context.multi_user and not cls.isolates_users:

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.budget import Quota
 from gateway.store.postgres import UPLOADS_LOCK, PostgresStore, lock_user
-from gateway.uploads.shelf import Upload, UploadShelf, new_upload_id
+from gateway.uploads.shelf import ShelvedUpload, UploadShelf, new_upload_id
 
 _COLUMNS = "id, owner, extract(epoch FROM created), entries, unpacked_bytes, size"
 
@@ -26,7 +26,7 @@ class PostgresShelf(UploadShelf):
 
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
-    ) -> Upload:
+    ) -> ShelvedUpload:
         async with self.store.connection() as conn:
             await lock_user(conn, UPLOADS_LOCK, user)
             await conn.execute(
@@ -56,7 +56,7 @@ class PostgresShelf(UploadShelf):
         assert row is not None
         return _upload(row)
 
-    async def find(self, upload_id: str) -> Upload | None:
+    async def find(self, upload_id: str) -> ShelvedUpload | None:
         async with self.store.connection() as conn:
             cursor = await conn.execute(
                 "SELECT id, owner, extract(epoch FROM created), entries, unpacked_bytes, size "
@@ -86,9 +86,9 @@ class PostgresShelf(UploadShelf):
             return cursor.rowcount
 
 
-def _upload(row: Any) -> Upload:
+def _upload(row: Any) -> ShelvedUpload:
     upload_id, owner, created, entries, unpacked_bytes, size = row
-    return Upload(
+    return ShelvedUpload(
         id=str(upload_id),
         user=str(owner),
         created=float(created),

@@ -2,6 +2,6 @@
 while (`store`), and unpacked into a run's working folder (`attach`)."""
 
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
-from gateway.uploads.service import Upload, UploadService
+from gateway.uploads.service import ShelvedUpload, UploadService
 
-__all__ = ["ArchiveLimits", "Unpacked", "Upload", "UploadService", "read_archive"]
+__all__ = ["ArchiveLimits", "ShelvedUpload", "Unpacked", "UploadService", "read_archive"]

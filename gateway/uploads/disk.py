@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gateway.budget import Quota
 from gateway.uploads.quota import Kept, UploadLedger
-from gateway.uploads.shelf import UPLOAD_ID, Upload, UploadShelf, new_upload_id
+from gateway.uploads.shelf import UPLOAD_ID, ShelvedUpload, UploadShelf, new_upload_id
 
 
 class DiskShelf(UploadShelf):
@@ -32,11 +32,11 @@ class DiskShelf(UploadShelf):
 
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
-    ) -> Upload:
+    ) -> ShelvedUpload:
         async with self._lock:
             return await asyncio.to_thread(self._keep, user, data, entries, unpacked_bytes, quota)
 
-    async def find(self, upload_id: str) -> Upload | None:
+    async def find(self, upload_id: str) -> ShelvedUpload | None:
         return await asyncio.to_thread(self._find, upload_id)
 
     async def read(self, upload_id: str) -> bytes | None:
@@ -49,12 +49,12 @@ class DiskShelf(UploadShelf):
 
     def _keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
-    ) -> Upload:
+    ) -> ShelvedUpload:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._sweep()
         for old in self._ledger.make_room(user, len(data), quota, self._alive):
             self._delete(old.id)
-        upload = Upload(
+        upload = ShelvedUpload(
             id=new_upload_id(),
             user=user,
             created=time.time(),
@@ -74,13 +74,13 @@ class DiskShelf(UploadShelf):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
-    def _find(self, upload_id: str) -> Upload | None:
+    def _find(self, upload_id: str) -> ShelvedUpload | None:
         if not UPLOAD_ID.fullmatch(upload_id):
             return None
         self._sweep()
         try:
             meta = json.loads(self._meta(upload_id).read_bytes())
-            upload = Upload(
+            upload = ShelvedUpload(
                 id=str(meta["id"]),
                 user=str(meta["user"]),
                 created=float(meta["created"]),

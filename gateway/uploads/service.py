@@ -24,12 +24,12 @@ import io
 from collections.abc import AsyncIterator
 
 from gateway.budget import ByteBudget, Quota
-from gateway.errors import CapacityExceeded, NotFound
+from gateway.errors import NotFound, RateLimited
 from gateway.settings import Settings
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
-from gateway.uploads.shelf import UPLOAD_ID, Upload, UploadShelf, new_upload_id
+from gateway.uploads.shelf import UPLOAD_ID, ShelvedUpload, UploadShelf, new_upload_id
 
-__all__ = ["UPLOAD_ID", "Upload", "UploadService", "new_upload_id"]
+__all__ = ["UPLOAD_ID", "ShelvedUpload", "UploadService", "new_upload_id"]
 
 
 class UploadService:
@@ -51,9 +51,9 @@ class UploadService:
     def limits(self) -> ArchiveLimits:
         return ArchiveLimits.from_settings(self.settings)
 
-    async def create(self, data: bytes, user: str) -> Upload:
+    async def create(self, data: bytes, user: str) -> ShelvedUpload:
         """Check the archive and keep it for `user`, in turn; raises the archive_* errors,
-        and CapacityExceeded when no turn came within `upload_wait_timeout`."""
+        and RateLimited when no turn came within `upload_wait_timeout`."""
         async with self._turn(user):
             unpacked = await asyncio.to_thread(read_archive, io.BytesIO(data), self.limits)
             return await self.shelf.keep(
@@ -71,14 +71,14 @@ class UploadService:
                 why = f"You already have {mine} uploads being checked and stored"
             else:
                 why = "This gateway is busy storing other uploads"
-            raise CapacityExceeded(
+            raise RateLimited(
                 f"{why}; this one waited {wait:g} s for its turn. Try again shortly.",
                 retry_after=5,
             ) from None
         with hold:
             yield
 
-    async def find(self, upload_id: str, user: str) -> Upload:
+    async def find(self, upload_id: str, user: str) -> ShelvedUpload:
         """`user`'s upload, checked to exist (cheap: nothing is unpacked). A missing,
         expired or someone else's upload is NotFound."""
         if not UPLOAD_ID.fullmatch(upload_id):

@@ -1,5 +1,7 @@
 """Where uploaded archives are kept: the `UploadShelf` interface that the upload store
-(`store.py`, which checks archives) writes through, and the `Upload` it keeps.
+(`UploadService`, `service.py`, which checks archives) writes through, and the
+`ShelvedUpload` it keeps: an upload's owner, size and files (the API's answer is
+`gateway.models.answers.Upload`).
 
 Two shelves: `DiskShelf` (`disk.py`: files under the data dir, beside the SQLite record
 store) and `PostgresShelf` (`gateway/store/postgres_uploads.py`: a table of the PostgreSQL
@@ -26,7 +28,7 @@ def new_upload_id() -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Upload:
+class ShelvedUpload:
     id: str
     user: str
     created: float  # seconds since the epoch
@@ -50,12 +52,12 @@ class UploadShelf(abc.ABC):
     @abc.abstractmethod
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
-    ) -> Upload:
+    ) -> ShelvedUpload:
         """Keep `data` for `user` as a new upload; first delete the user's oldest uploads
         while one more would not fit `quota` (never more than all of them)."""
 
     @abc.abstractmethod
-    async def find(self, upload_id: str) -> Upload | None:
+    async def find(self, upload_id: str) -> ShelvedUpload | None:
         """The upload, unless it is missing or expired (anyone's: the caller checks)."""
 
     @abc.abstractmethod

@@ -47,8 +47,8 @@ from gateway.client import (
     run_charts,
     run_error,
 )
-from gateway.client.progress import CellProgress, cell_progress
-from gateway.client.staging import Staged, StagingError, file_specs, save_returned, stage
+from gateway.commands.progress import CellProgress, cell_progress
+from gateway.commands.staging import Staged, StagingError, file_specs, save_returned, stage
 from gateway.models.common import Language
 from gateway.models.record import Chart, RunError, RunRecord
 from gateway.models.stream import (
@@ -212,22 +212,22 @@ def error_text(output: dict[str, Any], where: str) -> str:
 # --- notebooks ----------------------------------------------------------------------------
 
 
-class Output(BaseModel):
+class ReportOutput(BaseModel):
     """What the report reads of a cell's output (nbformat v4)."""
 
     output_type: str
 
 
-class Cell(BaseModel):
+class ReportCell(BaseModel):
     """What the report reads of a cell (nbformat v4)."""
 
     cell_type: str
     execution_count: int | None = None
-    outputs: list[Output] = []
+    outputs: list[ReportOutput] = []
 
 
-class Notebook(BaseModel):
-    cells: list[Cell] = []
+class ReportNotebook(BaseModel):
+    cells: list[ReportCell] = []
 
 
 def run_notebook(args: argparse.Namespace) -> int:
@@ -256,7 +256,7 @@ def run_notebook(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"cannot write {out}: {exc}", FAILED) from exc
     try:
-        cells = Notebook.model_validate(executed)
+        cells = ReportNotebook.model_validate(executed)
         error = run_error(record)
         entries = returned_files(record)
     except (ValidationError, GatewayError) as exc:
@@ -354,7 +354,7 @@ def _relative(path: Path) -> str:
 
 
 def notebook_report(
-    path: Path, notebook: Notebook, run: RunRecord, error: RunError | None
+    path: Path, notebook: ReportNotebook, run: RunRecord, error: RunError | None
 ) -> list[str]:
     """A few lines: how it ended, how many cells ran, the first error, the notes."""
     cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
@@ -374,7 +374,7 @@ def notebook_report(
     return lines
 
 
-def _error_cell(notebook: Notebook) -> str:
+def _error_cell(notebook: ReportNotebook) -> str:
     for position, cell in enumerate(notebook.cells, start=1):
         if cell.cell_type == "code" and any(o.output_type == "error" for o in cell.outputs):
             return f" in cell {position} (In [{cell.execution_count}])"
