@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from gateway.client import GatewayClient, Unauthorized
-from gateway.client.mcp import tool_description
+from gateway.commands.mcp import tool_description
 from gateway.models.environment import Environment, LanguageEnvironment, Package
 from tests.conftest import start_gateway
 from tests.support import DOCKER_IMAGE, REPO, Client, GatewayThread, write_tokens
