@@ -9,23 +9,28 @@ KIND is `ipykernel` (the Python kernel, imported with our startup code and the p
 kernel's command line, for Deno and R). Descriptor FD is a SOCK_SEQPACKET socket to the
 gateway, the only way in: each message is one JSON object, descriptors ride along.
 
-    gateway -> parent  {"op": "spawn", "id", "uid", "gid", "network", "hostname",
-                        "tmp_bytes", "work_bytes", "argv", "cgroups", "cgroupfs"}
+    parent -> gateway  {"ready": pid} + the parent's own pidfd         once it is warm
+    gateway -> parent  {"op": "spawn", "id"}
                        + one descriptor per cgroup hierarchy (its `cgroup.procs`, open),
                        with a workspace a detached bind mount of it (`open_tree`), and
-                       last a memfd of what is the kernel's alone (`{"connection", "env"}`:
-                       its HMAC key): the parent passes it on unread and only the forked
-                       child reads it, so no later kernel finds it in the parent's memory
+                       last a memfd of the request itself: {"uid", "gid", "network",
+                       "hostname", "tmp_bytes", "work_bytes", "argv", "cgroups", "cgroupfs",
+                       "connection" (with the HMAC key), "env"}. The parent passes it on
+                       unread and only the forked child reads it: a fork copies the
+                       parent's memory, freed parts too, so a request the parent had read
+                       would be in every later kernel's memory (another tenant's uid,
+                       hostname, key)
     parent -> gateway  {"id", "pid"} + [working folder, socket folder] (opened inside)
                        + the kernel's pid 1 as a pidfd
                        or {"id", "error"}
     parent -> gateway  {"exit": pid, "status": wait status}    when a kernel ends
 
 Each kernel is made in this order, all before it reads its first message (`_first`,
-`_init`, `_drop`, `_kernel`): join the sandbox's cgroups; unshare mount, UTS, IPC, PID,
-cgroup (and, without `network`, net) namespaces; fork (the child is pid 1 of the new PID
-namespace: its descendants die with it); make every mount private; a fresh /proc, /run,
-/tmp, /dev/shm, /dev/pts, working folder and socket folder (tmpfs, the operator's sizes);
+`_init`, `_drop`, `_kernel`): read the request; join the sandbox's cgroups; unshare mount,
+UTS, IPC, PID, cgroup (and, without `network`, net) namespaces; fork (the child is pid 1 of
+the new PID namespace: its descendants die with it); make every mount private; detach the
+parent's /proc, /run, /tmp and /dev/pts, then a fresh /proc, /run, /tmp, /dev/shm, /dev/pts,
+working folder and socket folder (tmpfs, the operator's sizes);
 the hostname; the connection file; then drop to the sandbox uid/gid with no supplementary
 groups, no capability in any set (bounding, ambient, inheritable, permitted, effective),
 `no_new_privs`, and the seccomp filter the gateway compiled; fork the kernel process itself
@@ -62,6 +67,7 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 0x2
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
@@ -200,7 +206,9 @@ def serve(control_fd: int, kind: str, bpf: bytes) -> None:
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wake_r, selectors.EVENT_READ, "child")
     kernels: set[int] = set()
-    _send(control, {"ready": os.getpid()})
+    me = os.pidfd_open(os.getpid())  # for the gateway to kill this parent, and see it gone
+    _send(control, {"ready": os.getpid()}, [me])
+    os.close(me)
     while True:
         for key, _ in selector.select():
             if key.data == "child":
@@ -219,8 +227,8 @@ def serve(control_fd: int, kind: str, bpf: bytes) -> None:
                 return  # the gateway is gone
             try:
                 request = json.loads(data)
-                if request.get("op") == "spawn":
-                    reply, handed = spawn(request, fds, kind, bpf, control, wake_r)
+                if request.get("op") == "spawn" and fds:
+                    reply, handed = spawn(request.get("id"), fds, kind, bpf)
                     if "pid" in reply:
                         kernels.add(reply["pid"])
                     _send(control, reply, handed)
@@ -252,24 +260,26 @@ def _reap(control: socket.socket, kernels: set[int]) -> None:
 
 
 def spawn(
-    request: dict[str, Any],
-    cgroup_fds: list[int],
-    kind: str,
-    bpf: bytes,
-    control: socket.socket,
-    wake_r: int,
+    ident: object, descriptors: list[int], kind: str, bpf: bytes
 ) -> tuple[dict[str, Any], list[int]]:
-    """Fork one sandboxed kernel; its pid (this namespace's) and its two folders."""
-    ident = request.get("id")
+    """Fork one sandboxed kernel (its request is in the last of `descriptors`, read by the
+    child only); its pid (this namespace's) and its two folders."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    me = os.getpid()
     try:
         first = os.fork()
         if first == 0:
             code = 70
             try:
-                keep = {theirs.fileno(), *cgroup_fds}
+                # Dies with this parent until it has forked its pid 1 and gone: a parent that
+                # dies mid-fork leaves no first child carrying on; the pid 1 it may have made
+                # by then is in the sandbox's cgroup, where the gateway kills it
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != me:  # it died already
+                    os._exit(code)
+                keep = {theirs.fileno(), *descriptors}
                 _close_all_but(keep)
-                _first(request, cgroup_fds, kind, bpf, theirs)
+                _first(descriptors, kind, bpf, theirs)
                 code = 0
             except BaseException:
                 _tell(theirs, {"error": traceback.format_exc(limit=4)})
@@ -329,18 +339,17 @@ def _close_all_but(keep: set[int]) -> None:
 # --- the sandbox ---------------------------------------------------------------------------
 
 
-def _first(
-    request: dict[str, Any], cgroup_fds: list[int], kind: str, bpf: bytes, sock: socket.socket
-) -> None:
-    """The first child: joins the cgroups, unshares the namespaces, forks pid 1 of them."""
-    count = int(request.get("cgroups", len(cgroup_fds)))
-    for fd in cgroup_fds[:count]:
+def _first(fds: list[int], kind: str, bpf: bytes, sock: socket.socket) -> None:
+    """The first child: reads its request, joins the cgroups, unshares the namespaces, forks
+    pid 1 of them. `fds`: the cgroups' `cgroup.procs`, [the workspace,] the request."""
+    *rest, private = fds
+    with os.fdopen(private, "rb") as kernels_own:  # read in the child only, never the parent
+        request: dict[str, Any] = json.loads(kernels_own.read())
+    count = int(request["cgroups"])
+    for fd in rest[:count]:
         os.write(fd, b"0")
         os.close(fd)
-    *rest, private = cgroup_fds[count:]  # [the workspace,] the kernel's own part
-    workspace = rest[0] if rest else None
-    with os.fdopen(private, "rb") as kernels_own:  # read in the child only, never the parent
-        request.update(json.loads(kernels_own.read()))
+    workspace = rest[count] if len(rest) > count else None
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWCGROUP
     if not request.get("network"):
         flags |= CLONE_NEWNET
@@ -365,6 +374,8 @@ def _init(
     uid, gid = int(request["uid"]), int(request["gid"])
     tmp, work = int(request["tmp_bytes"]), int(request["work_bytes"])
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
+    for path in REPLACED:  # the parent's go, not only covered: see REPLACED
+        _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
     hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _mount("proc", "/proc", "proc", hidden)
     _mask_kernel_files()
@@ -431,6 +442,12 @@ def _init(
             if os.WIFSIGNALED(status):
                 return 128 + os.WTERMSIG(status)
             return os.waitstatus_to_exitcode(status)
+
+
+# The parent's mounts each sandbox mounts its own over, detached first: covered, they would
+# still be in the kernel's /proc/self/mountinfo (the parent's /proc is of the gateway's PID
+# namespace, its /run holds the parent's program and filter, its /tmp and /dev/pts its own)
+REPLACED = ("/proc", "/run", "/tmp", "/dev/pts")
 
 
 # What Docker's runtime masks (an empty file or folder over it) and makes read-only in a

@@ -6,14 +6,19 @@ namespaces, the random state and the key of another kernel, and the parent's own
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from gateway.sandbox.forkserver.parent import PROGRAM
+from gateway.sandbox.forkserver.rootfs import image_layers
+from tests import census
 from tests.api import full, pools
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, serving, wait_for
+from tests.support import DOCKER_IMAGE, Client, GatewayThread, serving, wait_for
 
 pytestmark = pytest.mark.attack
 
@@ -216,19 +221,119 @@ def _memory_holds(pid: int, needle: bytes) -> bool:
     return False
 
 
-def test_a_kernels_key_never_enters_the_warm_parents_memory() -> None:
+def test_a_kernels_request_never_enters_the_warm_parents_memory() -> None:
     """What a warm parent's memory holds, every later fork copies (another tenant's kernel
-    can read its own memory): a kernel's HMAC key must never pass through it, even freed."""
+    can read its own memory): nothing of a kernel's request may pass through it, even freed:
+    neither its HMAC key nor its hostname (read from the host, right after the fork, before
+    a later request could take the freed memory it used)."""
     server = start_gateway("forkserver", pool_python=0, pool_bash=0, pool_deno=0, pool_r=0)
     try:
-        read = "import json; print(json.load(open('/run/gateway/connection.json'))['key'])"
+        read = (
+            "import json, socket\n"
+            "print(json.load(open('/run/gateway/connection.json'))['key'], socket.gethostname())"
+        )
         record = server.client().run(code=read)
-        key = record["stdout"].strip().encode()
-        assert record["status"] == "succeeded" and len(key) >= 16, record
+        assert record["status"] == "succeeded", record
+        key, hostname = (value.encode() for value in record["stdout"].split())
+        assert len(key) >= 16 and len(hostname) == 12, record
         # this gateway's own parents (a kernel of another gateway may end while it is read)
         backend = server.gateway.services.backend  # type: ignore[union-attr]
         parents = [p.pid for p in backend.parents.values() if p.pid is not None and p.alive]
         assert parents, "no warm parent found"
-        assert not [pid for pid in parents if _memory_holds(pid, key)]
+        for needle in (key, hostname):
+            assert not [pid for pid in parents if _memory_holds(pid, needle)], needle
     finally:
         server.stop()
+
+
+# Inside a kernel: which needles are in its own readable memory (/proc/self/mem through
+# /proc/self/maps, as any tenant may read its own), and how many bytes it read. No needle
+# comes in whole, or this code would bring it: WANTED holds for each its second half (an
+# anchor to look for), the length before it, its length and its sha256.
+MEMORY_SCAN = r"""
+import hashlib
+found, scanned, step = set(), 0, 1 << 24
+with open('/proc/self/maps') as maps:
+    spans = [line.split()[:2] for line in maps]
+with open('/proc/self/mem', 'rb', 0) as mem:
+    for span, perms in spans:
+        if not perms.startswith('r'):
+            continue
+        start, end = (int(x, 16) for x in span.split('-'))
+        for at in range(start, end, step):
+            try:
+                mem.seek(at)
+                chunk = mem.read(min(end, at + step + 64) - at)  # a needle across the seam too
+            except (OSError, OverflowError, ValueError):
+                break
+            scanned += len(chunk)
+            for anchor, before, length, digest in WANTED:
+                where = chunk.find(anchor)
+                while where >= 0:
+                    begin = where - before
+                    whole = chunk[max(begin, 0):begin + length]
+                    if begin >= 0 and hashlib.sha256(whole).hexdigest() == digest:
+                        found.add(digest)
+                    where = chunk.find(anchor, where + 1)
+result = {'found': sorted(found), 'scanned': scanned}
+"""
+
+
+def _wanted(needles: list[str]) -> list[tuple[bytes, int, int, str]]:
+    """MEMORY_SCAN's WANTED for these needles."""
+    wanted = []
+    for needle in needles:
+        half = len(needle) // 2
+        digest = hashlib.sha256(needle.encode()).hexdigest()
+        wanted.append((needle[half:].encode(), half, len(needle), digest))
+    return wanted
+
+
+def test_a_kernels_memory_holds_nothing_of_the_spawn_request_before_its_own() -> None:
+    """A forked kernel's memory is a copy of its warm parent's, and every tenant can read its
+    own: the parent must keep nothing of the requests it forked earlier kernels for (their
+    uid and hostname, read by the parent, stayed in its heap and reached the next kernels).
+    A kernel is kept running; the next one, forked right after it, looks for its hostname
+    and uid in its own memory, and finds what the parent does hold: its program's path."""
+    server = start_gateway("forkserver")  # no pools: the test forks the two kernels itself
+    client = server.client()
+    instance = server.settings.instance_id or ""
+    body = {"code": "import time; time.sleep(60)", "background": True}
+    first = client.request("POST", "/v1/runs", body).json()["id"]
+    try:
+        assert wait_for(lambda: len(census.forked_roots(instance)) == 1, timeout=60)
+        (root,) = census.forked_roots(instance)  # /proc/<its pid 1>/root
+        hostname = (root / "run/gateway/hostname").read_text().strip()
+        status = (root.parent / "status").read_text()
+        uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+        assert len(hostname) == 12 and len(uid) == 10, (hostname, uid)
+        needles = {hashlib.sha256(v.encode()).hexdigest(): v for v in (hostname, uid, PROGRAM)}
+        scan = MEMORY_SCAN.replace("WANTED", repr(_wanted(list(needles.values()))))
+        record = client.run(code=scan, timeout=120)
+        assert record["status"] == "succeeded", record
+        found = [needles[digest] for digest in record["result"]["found"]]
+        assert PROGRAM in found, record["result"]  # the scan reads what came with the fork
+        assert [needle for needle in found if needle != PROGRAM] == []
+    finally:
+        client.request("DELETE", f"/v1/runs/{first}")
+        server.stop()
+
+
+def test_a_kernels_mounts_show_no_path_of_the_host(fclient: Client, forked: GatewayThread) -> None:
+    """/proc/self/mountinfo shows each mount's root, source and options: none may name a
+    host path of the gateway's (the image's layers in Docker's overlay2 store, the backend's
+    state folder, the gateway's data folder). A kernel's mount table starts as a copy of its
+    warm parent's: that holds none either, and the parent's mounts a sandbox mounts its own
+    over are gone from it, not only covered (a covered mount is still listed)."""
+    backend = forked.gateway.services.backend  # type: ignore[union-attr]
+    record = fclient.run(code="print(open('/proc/self/mountinfo').read())")
+    assert record["status"] == "succeeded", record
+    kernel = record["stdout"]
+    assert " / / " in kernel, kernel  # the root's line: it is the kernel's own table
+    parent = Path(f"/proc/{backend.parents['ipykernel'].pid}/mountinfo").read_text()
+    host = [*image_layers(DOCKER_IMAGE), "/var/lib/docker", "overlay2", str(backend.state)]
+    host += [str(forked.settings.data_dir), f"gwfs{(forked.settings.instance_id or '')[:6]}"]
+    for table in (kernel, parent):
+        assert [path for path in host if path in table] == [], table
+    points = [line.split()[4] for line in kernel.splitlines() if line.strip()]
+    assert sorted(points) == sorted(set(points)), kernel  # nothing mounted over another

@@ -32,6 +32,7 @@ from gateway.models.common import new_run_id
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest, StagedFile
 from gateway.runs.service import RunService
+from gateway.sandbox.base import SandboxSpec
 from gateway.store.factory import make_store
 from tests.api import code_notebook
 from tests.fake_backend import START_CPU_MS, FakeBackend, FakeSandbox
@@ -358,6 +359,44 @@ def test_a_run_asking_for_less_memory_takes_a_pooled_kernel_only_if_it_can_be_lo
             assert pooled.destroyed and "stage_files" not in pooled.calls
 
     run(scenario)
+
+
+class FailingDestroy(FakeBackend):
+    """The first sandbox's destruction fails (after it has ended its kernel)."""
+
+    async def create(self, spec: SandboxSpec) -> FakeSandbox:
+        sandbox = (Failing if not self.sandboxes else FakeSandbox)(self, spec)
+        self.sandboxes.append(sandbox)
+        return sandbox
+
+
+class Failing(FakeSandbox):
+    async def destroy(self) -> None:
+        await super().destroy()
+        raise OSError("the sandbox could not be removed")
+
+
+@pytest.mark.logs_errors
+def test_closing_the_pools_destroys_every_idle_kernel_when_one_destruction_fails(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing the pools destroys every idle kernel, however the destruction of one ends;
+    the failure is logged, not raised: the gateway's stop goes on to the backend's, which
+    stops the warm parents (a failure raised out of the close left them running)."""
+
+    async def scenario() -> None:
+        backend = FailingDestroy()
+        h = Harness(make_settings(tmp_path, pool_python=2), backend)
+        try:
+            for _ in range(2):
+                await h.pools.pools["ipykernel"].fill_one()
+        finally:
+            await h.pools.close()
+        assert [s.destroyed for s in backend.sandboxes] == [True, True]
+        assert not [s.root for s in backend.sandboxes if s.root.exists()]
+
+    run(scenario)
+    assert "a pooled kernel could not be destroyed" in caplog.text
 
 
 # --- a notebook's stop rules --------------------------------------------------------------

@@ -28,7 +28,7 @@ sock.recv(1)  # until the gateway closes its end
 
 
 class Scripted(Parent):
-    def command(self, fd: int) -> list[str]:
+    def command(self, fd: int, program: int, seccomp: int) -> list[str]:
         return [sys.executable, "-c", QUICK_DEATH, str(fd)]
 
 
@@ -36,9 +36,11 @@ def test_a_kernel_that_ends_before_its_spawn_returns_still_tells_its_status(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> int | None:
+        for name in ("p", "f"):  # the program and the filter, which the parent is handed
+            (tmp_path / name).write_bytes(b"")
         parent = Scripted("bash", tmp_path, tmp_path / "p", tmp_path / "f", (), tmp_path / "log")
         try:
-            pid, handed, exited = await parent.spawn({}, [])
+            pid, handed, exited = await parent.spawn([])
             for fd in handed:
                 os.close(fd)
             assert pid == 4242 and len(handed) == 3

@@ -214,7 +214,10 @@ class Pools:
         self._wake.set()
 
     async def close(self) -> None:
-        """Destroy every idle kernel; stop refilling (shutdown)."""
+        """Stop refilling and destroy every pooled kernel (shutdown): the one being started
+        (its start is given up and waited out: what it made is destroyed), the idle ones
+        and those being destroyed already, however the destruction of each ends (a failure
+        is logged): the backend shuts down next, and what is left then outlives the gateway."""
         self.closing = True
         if self._wake_timer is not None:
             self._wake_timer.cancel()
@@ -226,10 +229,12 @@ class Pools:
         for tasks in list(self._watchers.values()):
             for task in tasks:
                 task.cancel()
-        idle = [s for pool in self.pools.values() for s in pool.ready]
         for pool in self.pools.values():
-            pool.ready.clear()
-        await asyncio.gather(*(s.close() for s in idle), *self._closing_tasks)
+            while pool.ready:
+                self.discard(pool.ready.pop())
+        # each destroyed in a task of its own (`discard`), some maybe added meanwhile
+        while closing := [task for task in self._closing_tasks if not task.done()]:
+            await asyncio.wait(closing)
 
     # --- taking ---------------------------------------------------------------------------
 
@@ -329,7 +334,12 @@ class Pools:
         self._unwatch(session)
         task = asyncio.create_task(session.close())
         self._closing_tasks.add(task)
-        task.add_done_callback(self._closing_tasks.discard)
+        task.add_done_callback(self._closed)
+
+    def _closed(self, task: asyncio.Task[None]) -> None:
+        self._closing_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a pooled kernel could not be destroyed", exc_info=task.exception())
 
     # --- reports --------------------------------------------------------------------------
 

@@ -234,6 +234,34 @@ class Cgroup:
                 except OSError:
                     time.sleep(0.02)
 
+    def kill_and_remove(self, timeout: float = 30.0) -> bool:
+        """Kill every process in the group and remove it, killing again for as long as it
+        cannot be removed (False if it is still there after `timeout` s). A process may
+        join the group after a kill found it empty (a forked kernel's first child joins
+        through descriptors opened before, even when the parent that forked it died and
+        nobody waits for it any more); a group that holds a process cannot be removed,
+        and once it is removed, nobody can join it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.kill_all(timeout=max(0.0, deadline - time.monotonic()))
+            if self._removed():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    def _removed(self) -> bool:
+        """Remove each folder of the group once; whether all of them are gone."""
+        gone = True
+        for path in dict.fromkeys(self.dirs.values()):
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                gone = False
+        return gone
+
 
 class GroupedSandbox(ExitingSandbox[ExitT]):
     """A sandbox whose processes are in a control group of ours, `group` (None: none could be

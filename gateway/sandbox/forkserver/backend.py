@@ -251,14 +251,16 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
             "argv": argv,
         }
 
-    def _private(self) -> int:
-        """A memfd holding what is this kernel's alone (its connection with the HMAC key,
-        its environment), handed to the parent as a descriptor it passes on unread: read
-        only by the forked child, so no later kernel finds it in the parent's memory."""
+    def _private(self, request: dict[str, Any]) -> int:
+        """A memfd holding the whole request for this kernel (`request`, its connection with
+        the HMAC key, its environment), handed to the parent as a descriptor it passes on
+        unread: read only by the forked child, so that nothing of it is in the parent's
+        memory, which every later fork copies (another tenant's uid and hostname were)."""
         env = kernelspec.kernel_env("/tmp", {}, IMAGE_PATH)
         env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
         env.update(self.spec.env)
-        private = {"connection": kernelspec.connection_info("/run/kernel/s", self.key), "env": env}
+        connection = kernelspec.connection_info("/run/kernel/s", self.key)
+        private = {**request, "connection": connection, "env": env}
         fd = os.memfd_create("kernel-private", os.MFD_CLOEXEC)
         try:
             os.write(fd, json.dumps(private).encode())
@@ -276,10 +278,10 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         try:
             if self.workspace_fd is not None:
                 fds.append(clone_tree(self.workspace_fd))  # two system calls
-            fds.append(self._private())  # always the last
+            fds.append(self._private(request))  # always the last
             # A start cancelled after the request went out still gets its answer: the kernel
             # it forked is then known, and killed with the sandbox (not left running)
-            await to_the_end(self._spawn(parent, request, fds))
+            await to_the_end(self._spawn(parent, fds))
         except OSError as exc:
             raise SandboxError(
                 f"The forked kernel's workspace could not be mounted: {exc}"
@@ -302,9 +304,9 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
             raise SandboxError(f"{exc.message} {self._log_tail()}".strip()) from exc
         return kernelspec.connection_info(f"{sockets}/s", self.key)
 
-    async def _spawn(self, parent: Parent, request: dict[str, Any], fds: list[int]) -> None:
+    async def _spawn(self, parent: Parent, fds: list[int]) -> None:
         """Have the parent fork the kernel; keep what it answers on the sandbox."""
-        self.pid, folders, self.exited = await parent.spawn(request, fds)
+        self.pid, folders, self.exited = await parent.spawn(fds)
         # the pidfd the parent opened before it answered (it reaps its kernels' pid 1, so
         # that pid was not reused meanwhile): a kill through it never reaches another process
         self.work_fd, self.sock_fd, self.pidfd = folders
@@ -394,6 +396,11 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
                     os.close(fd)
                     setattr(self, name, None)
             if self.group is not None:
-                await asyncio.to_thread(self.group.remove)
+                # Killed again until it is gone: a fork whose parent died before it answered
+                # (spawn failed) may join the group after the kill above found it empty
+                if not await asyncio.to_thread(self.group.kill_and_remove):
+                    log.warning(
+                        "a forked kernel's cgroup %s stays: it cannot be removed", self.group.name
+                    )
                 self.group = None
             self.identity.release()

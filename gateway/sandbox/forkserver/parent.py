@@ -5,7 +5,9 @@ else can reach it), and starts it again when it has died.
 The parent runs as root with every capability (it must mount, unshare and change uid for
 its children) in a mount namespace of its own whose root is the image's (read-only), with
 its own /proc, /dev, /tmp and /run; it sees none of the host's files. It never runs user
-code: each request is a fork whose child sandboxes itself before anything else runs.
+code: each request is a fork whose child sandboxes itself before anything else runs. A
+stop (or a start again) kills bubblewrap and the parent itself, and returns once the parent
+is gone (through the pidfd it sends when it is ready).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import contextlib
 import json
 import logging
 import os
+import select
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -31,6 +35,7 @@ FILTER = "/run/forkserver/seccomp.bpf"
 MAX_MESSAGE = 1 << 16
 READY_TIMEOUT = 120.0
 SPAWN_TIMEOUT = 60.0
+EXIT_TIMEOUT = 10.0  # how long a parent killed at stop may take to be gone
 # the parent's environment: the kernel's (kernelspec.kernel_env) where it shapes imports
 PARENT_ENV = {
     "PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin",
@@ -67,6 +72,7 @@ class Parent:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None  # the parent's own pid (inside bubblewrap)
+        self._pidfd: int | None = None  # the parent's own pidfd, which it sent when ready
         self._sock: socket.socket | None = None
         self._ready: asyncio.Future[int] | None = None
         self._replies: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
@@ -82,7 +88,11 @@ class Parent:
     def alive(self) -> bool:
         return self._sock is not None and self.process is not None and self.process.poll() is None
 
-    def command(self, fd: int) -> list[str]:
+    def command(self, fd: int, program: int, seccomp: int) -> list[str]:
+        """Bubblewrap's command line: `fd` the parent's end of the socket pair, `program`
+        and `seccomp` descriptors of zygote.py and the filter, which bubblewrap copies into
+        the parent's /run (files of its tmpfs, not bind mounts: a bind mount's root, a path
+        in the host's file system, is in every forked kernel's /proc/self/mountinfo)."""
         command = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
         for name, value in PARENT_ENV.items():
             command += ["--setenv", name, value]
@@ -92,8 +102,8 @@ class Parent:
             "--dev", "/dev",
             "--tmpfs", "/tmp",
             "--tmpfs", "/run",
-            "--ro-bind", str(self.program), PROGRAM,
-            "--ro-bind", str(self.seccomp), FILTER,
+            "--perms", "0444", "--file", str(program), PROGRAM,
+            "--perms", "0444", "--file", str(seccomp), FILTER,
             "--unshare-ipc",
             "--unshare-uts",
             "--cap-add", "ALL",
@@ -134,13 +144,18 @@ class Parent:
         log.info("forkserver: %s parent ready (pid %s)", self.kind, self.pid)
 
     def _popen(self, fd: int) -> None:
-        with open(self.log_path, "ab") as logfile:
+        with (
+            open(self.log_path, "ab") as logfile,
+            open(self.program, "rb") as program,
+            open(self.seccomp, "rb") as seccomp,
+        ):
+            files = (program.fileno(), seccomp.fileno())
             self.process = subprocess.Popen(
-                self.command(fd),
+                self.command(fd, *files),
                 stdin=subprocess.DEVNULL,
                 stdout=logfile,
                 stderr=logfile,
-                pass_fds=(fd,),
+                pass_fds=(fd, *files),
                 close_fds=True,
             )
 
@@ -163,6 +178,8 @@ class Parent:
             return
         message = json.loads(data)
         if "ready" in message and self._ready is not None and not self._ready.done():
+            if fds and self._pidfd is None:
+                self._pidfd = fds.pop(0)
             self._ready.set_result(int(message["ready"]))
         elif "exit" in message:
             future = self._exits.pop(int(message["exit"]), None)
@@ -197,10 +214,10 @@ class Parent:
         self._exits.clear()
         self._early.clear()
 
-    async def spawn(
-        self, request: dict[str, Any], fds: list[int]
-    ) -> tuple[int, list[int], asyncio.Future[int | None]]:
-        """Fork one sandboxed kernel: its pid, [working folder, socket folder], its exit."""
+    async def spawn(self, fds: list[int]) -> tuple[int, list[int], asyncio.Future[int | None]]:
+        """Fork one sandboxed kernel: its pid, [working folder, socket folder], its exit.
+        What the kernel is to be (its request: uid, hostname, limits, connection, ...) is
+        in the last of `fds`, a memfd the parent passes on unread (`kernels/zygote.py`)."""
         await self.ensure()
         assert self._sock is not None
         loop = asyncio.get_running_loop()
@@ -208,7 +225,7 @@ class Parent:
         ident = self._next
         reply: asyncio.Future[tuple[dict[str, Any], list[int]]] = loop.create_future()
         self._replies[ident] = reply
-        data = json.dumps({**request, "op": "spawn", "id": ident}).encode()
+        data = json.dumps({"op": "spawn", "id": ident}).encode()
         try:
             socket.send_fds(self._sock, [data], fds)
             message, handed = await asyncio.wait_for(asyncio.shield(reply), SPAWN_TIMEOUT)
@@ -238,17 +255,37 @@ class Parent:
         return pid, handed, exited
 
     async def _stop(self) -> None:
+        """Kill bubblewrap and the parent itself, and return once both are gone (the
+        parent would die with bubblewrap, but a while later: its address space is large)."""
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
         process, self.process = self.process, None
-        if process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await asyncio.to_thread(process.wait)
+        pidfd, self._pidfd = self._pidfd, None
+        try:
+            if pidfd is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            if process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await to_the_end(asyncio.to_thread(process.wait))
+            if pidfd is not None:
+                await to_the_end(asyncio.to_thread(_wait_gone, pidfd, EXIT_TIMEOUT))
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
 
     async def close(self) -> None:
         async with self._lock:
             await self._stop()
             self._gone()
+
+
+def _wait_gone(pidfd: int, timeout: float) -> None:
+    """Wait until the process of `pidfd` has exited (its pidfd is readable then), at most
+    `timeout` s (blocking)."""
+    waiting = select.poll()
+    waiting.register(pidfd, select.POLLIN)
+    waiting.poll(int(timeout * 1000))

@@ -4,6 +4,7 @@ the files a container of that image sees; nothing is copied."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import docker.errors
@@ -62,10 +63,21 @@ def probe_rootfs(image: str) -> tuple[bool, str]:
 
 
 def mount_rootfs(layers: list[str], target: Path) -> None:
-    """Mount the layers read-only, as one file system, on `target` (nosuid, nodev)."""
-    options = "lowerdir=" + ":".join(layers)
-    if len(layers) == 1:  # overlayfs wants two lower layers without an upper one
-        options += ":" + layers[0]
-    flags = MS_RDONLY | MS_NOSUID | MS_NODEV
-    result = _libc.mount(b"overlay", str(target).encode(), b"overlay", flags, options.encode())
-    _check(result, f"overlay {target}")
+    """Mount the layers read-only, as one file system, on `target` (nosuid, nodev).
+
+    Each layer is named to the kernel as a descriptor of this process opened on it
+    (`/proc/self/fd/N`), not by its path: overlayfs keeps its options as they were given, and
+    every process that sees the mount reads them in /proc/self/mountinfo (a forked kernel
+    would read Docker's overlay2 folders and the gateway's state folder)."""
+    fds = [os.open(layer, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for layer in layers]
+    try:
+        named = [f"/proc/self/fd/{fd}" for fd in fds]
+        if len(named) == 1:  # overlayfs wants two lower layers without an upper one
+            named.append(named[0])
+        options = "lowerdir=" + ":".join(named)
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV
+        result = _libc.mount(b"overlay", str(target).encode(), b"overlay", flags, options.encode())
+        _check(result, f"overlay {target}")
+    finally:
+        for fd in fds:
+            os.close(fd)
