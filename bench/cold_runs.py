@@ -3,7 +3,7 @@
 Measures, side by side in one process (median and percentiles of N runs each):
   - POST /v1/runs `print(1)` and a matplotlib chart, on the local and Docker backends;
   - POST /v1/runs `console.log(1)` in JavaScript (Deno's kernel behind kernels/deno/relay.py);
-  - sandbox creation to kernel ready (`open_session`), per backend, for Python and Deno;
+  - sandbox creation to kernel ready (`start_session`), per backend, for Python and Deno;
   - the peer: jupyter_client's stock KernelManager (start, wait_for_ready, execute
     `print(1)`, shutdown) for the same local ipykernel, the path DESIGN.md decision 2 avoids.
 Ratios are against the local backend's `print(1)`. Results also go to bench/results/.
@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gateway.execution.session import limits_from, open_session  # noqa: E402
+from gateway.execution.session import limits_from, start_session  # noqa: E402
 from gateway.models.common import Language  # noqa: E402
 from gateway.sandbox.base import SandboxSpec  # noqa: E402
 from tests.support import GatewayThread  # noqa: E402
@@ -67,8 +67,11 @@ def time_ready(server: GatewayThread, runs: int, language: Language = "python") 
     async def once(i: int) -> float:
         spec = SandboxSpec(f"run_bench{i:04d}", language, limits_from(server.settings))
         started = time.perf_counter()
-        async with open_session(services.backend, spec, server.settings, wire):
+        session = await start_session(services.backend, spec, server.settings, wire)
+        try:
             return time.perf_counter() - started
+        finally:
+            await session.close()
 
     return [server.call(once(i)) for i in range(runs)]
 

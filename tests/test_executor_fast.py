@@ -27,6 +27,7 @@ from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
+from gateway.execution.session import StartCancelled
 from gateway.metrics import Metrics
 from gateway.models.common import new_run_id
 from gateway.models.record import RunRecord
@@ -56,7 +57,7 @@ def make_settings(tmp_path: Path, **overrides: Any) -> settings_module.Settings:
 
 
 class Harness:
-    """One fake backend, the real pools and wire, and the teardowns of the runs."""
+    """One fake backend, the real pools and wire."""
 
     def __init__(self, settings: settings_module.Settings, backend: FakeBackend) -> None:
         self.settings = settings
@@ -64,7 +65,6 @@ class Harness:
         self.wire = Wire(max_message_bytes=8 * MiB, budget=ByteBudget("kernel messages", 64 * MiB))
         sizes = {"ipykernel": settings.pool_python}
         self.pools = Pools(settings, backend, self.wire, Metrics(), sizes=sizes)
-        self.teardowns: list[asyncio.Task[None]] = []
 
     async def execute(
         self, program: Program, cancel: asyncio.Event | None = None
@@ -75,12 +75,14 @@ class Harness:
         record.start()
         created = len(self.backend.sandboxes)
         cancel = cancel if cancel is not None else asyncio.Event()
-        execution = Execution(program, record, self.pools, self.settings, cancel)
+        execution = Execution(program, record, self.settings, cancel)
         try:
-            await execution.run(program.files)
+            async with self.pools.kernel(execution.spec, cancel) as session:
+                await execution.run(session, program.files)
+        except StartCancelled:
+            execution.cancelled_before_start()
         finally:
-            self.teardowns.append(asyncio.ensure_future(execution.end()))
-        await asyncio.gather(*self.teardowns)
+            await self.pools.destroyed()
         used = [s for s in self.backend.sandboxes if s.calls.count("stage_files")]
         return record, (used or self.backend.sandboxes[created:])[-1]
 
@@ -96,8 +98,7 @@ async def harness(
     try:
         yield made
     finally:
-        await made.pools.close()
-        await asyncio.gather(*made.teardowns)
+        await made.pools.close()  # and every sandbox still being destroyed
     assert not fake.live, [s.calls for s in fake.live]
     left = await asyncio.to_thread(lambda: [s.root for s in fake.sandboxes if s.root.exists()])
     assert not left, left
@@ -396,7 +397,7 @@ def test_closing_the_pools_destroys_every_idle_kernel_when_one_destruction_fails
         assert not [s.root for s in backend.sandboxes if s.root.exists()]
 
     run(scenario)
-    assert "a pooled kernel could not be destroyed" in caplog.text
+    assert "a sandbox could not be destroyed" in caplog.text
 
 
 # --- a notebook's stop rules --------------------------------------------------------------

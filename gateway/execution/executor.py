@@ -3,14 +3,20 @@
 Who calls what, in order (the run service, once the run holds a slot and its record is
 `running`):
 
-    Execution(program, record, pools, settings, cancel, events)
-    await execution.run(files)   kernel (pooled or cold) -> stage files -> the run's
-                                 environment and `vars` -> each cell until one stops the
-                                 program -> `result` -> (with `return_files`: freeze, or
-                                 kill, then read back) -> usage, limits, death; then the
-                                 result builder writes and finishes the record
-    await execution.end()        off the answer's path, however `run` ended: kill ->
-                                 destroy, the same steps on every backend
+    execution = Execution(program, record, settings, cancel, events)
+    async with pools.kernel(execution.spec, cancel) as session:
+                                 the run's kernel, pooled or cold, owned by this block: when
+                                 it ends, however, its sandbox is killed and destroyed (off
+                                 the answer's path; `Pools.kernel`)
+        await execution.run(session, files)
+                                 stage files -> the run's environment and `vars` -> each
+                                 cell until one stops the program -> `result` -> (with
+                                 `return_files`: freeze, or kill, then read back) -> usage,
+                                 limits, death; then the result builder writes and
+                                 finishes the record
+    execution.cancelled_before_start()
+                                 instead, when `cancel` came before the kernel was ready
+                                 (`StartCancelled` from `pools.kernel`)
 
 The gateway enforces the deadline, not the kernel (DESIGN.md decision 4): the program's
 `Deadline` says until when each cell may run; at that instant the kernel is interrupted,
@@ -33,10 +39,9 @@ from typing import Any
 from gateway.execution.deadline import Deadline
 from gateway.execution.events import CellFinished, CellOutput, CellStarted, CellStatus, RunEvents
 from gateway.execution.kernel_code import result_code, setup_code
-from gateway.execution.pool import Pools
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.result import RunResult, exit_code_of
-from gateway.execution.session import CellRun, KernelSession, StartCancelled, limits_from
+from gateway.execution.session import CellRun, KernelSession, limits_from
 from gateway.execution.value import SETUP_TIMEOUT, read_result, result_expressions
 from gateway.models.languages import traits
 from gateway.models.record import RunRecord
@@ -52,12 +57,10 @@ class Execution:
 
     program: Program
     record: RunRecord
-    pools: Pools
     settings: Settings
     cancel: asyncio.Event
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
     result: RunResult = dataclasses.field(init=False)
-    _session: KernelSession | None = dataclasses.field(default=None, init=False)
     # the sandbox's CPU when the run's code began
     _cpu_before: int | None = dataclasses.field(default=None, init=False)
     _index: int = dataclasses.field(default=0, init=False)  # the cell being run, for its events
@@ -65,44 +68,38 @@ class Execution:
     def __post_init__(self) -> None:
         self.result = RunResult(self.settings, self.program)
 
-    async def run(self, files: Sequence[StagedFile]) -> RunRecord:
-        """Run the program and finish the record (see the module docstring). Raises the
-        GatewayError that stopped it before any code ran (no kernel could start, files
-        could not be staged); the service then fails the record."""
-        program, result = self.program, self.result
-        spec = SandboxSpec(
+    @property
+    def spec(self) -> SandboxSpec:
+        """The sandbox the program asks for."""
+        program = self.program
+        return SandboxSpec(
             run_id=self.record.id,
             language=program.language,
             limits=limits_from(self.settings, program.memory_bytes),
             network=program.network,
             workspace=program.workspace,
         )
-        try:
-            session = self._session = await self.pools.acquire(spec, self.cancel)
-        except StartCancelled:
-            result.stop("cancelled")
-        else:
-            # nothing past the run's output limit is even read from the kernel
-            session.client.meter.limit_from_now(self.settings.output_limit_bytes)
-            await session.sandbox.stage_files(files)
-            # the run's CPU counts from here: not the kernel's start, nor (a pooled
-            # kernel) its preloads, so that pooled and cold runs report alike
-            self._cpu_before = (await session.sandbox.usage()).cpu_ms
-            await self._run_cells(session)
-            await self._close(session)
-        result.write(self.record)
+
+    async def run(self, session: KernelSession, files: Sequence[StagedFile]) -> RunRecord:
+        """Run the program in `session`'s kernel and finish the record (see the module
+        docstring). Raises the GatewayError that stopped it before any code ran (files could
+        not be staged); the service then fails the record."""
+        # nothing past the run's output limit is even read from the kernel
+        session.client.meter.limit_from_now(self.settings.output_limit_bytes)
+        await session.sandbox.stage_files(files)
+        # the run's CPU counts from here: not the kernel's start, nor (a pooled kernel) its
+        # preloads, so that pooled and cold runs report alike
+        self._cpu_before = (await session.sandbox.usage()).cpu_ms
+        await self._run_cells(session)
+        await self._close(session)
+        self.result.write(self.record)
         return self.record
 
-    async def end(self) -> None:
-        """The run's last two steps, the same on every backend: every process of the sandbox
-        ends, then everything it made goes (and the kernel client is closed)."""
-        session, self._session = self._session, None
-        if session is None:
-            return
-        try:
-            await session.sandbox.kill()
-        finally:
-            await session.close()
+    def cancelled_before_start(self) -> RunRecord:
+        """Finish the record of a run cancelled while its kernel was starting."""
+        self.result.stop("cancelled")
+        self.result.write(self.record)
+        return self.record
 
     async def _run_cells(self, session: KernelSession) -> None:
         """Run the cells in order until one stops the program."""

@@ -1,4 +1,5 @@
-"""Warm pools of never-used kernels (DESIGN.md decision 1), and where runs get kernels.
+"""Warm pools of never-used kernels (DESIGN.md decision 1), and the one owner of a run's
+kernel (`Pools.kernel`: acquired, used and destroyed in one `async with`).
 
 A `KernelPool` keeps `size` kernels of one kind started ahead: each in its own fresh
 sandbox with the default limits, no network and no workspace, ready (kernel_info
@@ -15,8 +16,9 @@ again (runs then start cold: slower, never failed; DESIGN.md decision 14 says wh
 may cause that, and the start warns where the settings let them). A pooled kernel that
 dies while idle is replaced; what it publishes while it waits is read and dropped (our
 kernels wait for a slow reader rather than drop output, so unread it would stop
-answering). `close()` destroys them all; after a crash they are reaped like any sandbox of
-this instance.
+answering). `close()` destroys them all, and waits for every sandbox still being
+destroyed (a run's included); after a crash they are reaped like any sandbox of this
+instance.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import contextlib
 import json
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from typing import Any
 
 from gateway.errors import GatewayError
 from gateway.execution.kernel import Wire
@@ -51,6 +54,13 @@ STARTED_AS: dict[Kernel, Language] = {
     "irkernel": "r",
 }
 GIVE_UP_AFTER = 3  # a pool whose kernels fail to start this many times in a row is turned off
+
+
+async def _kill_and_close(session: KernelSession) -> None:
+    try:
+        await session.sandbox.kill()
+    finally:
+        await session.close()
 
 
 def available_memory() -> int | None:
@@ -232,7 +242,11 @@ class Pools:
         for pool in self.pools.values():
             while pool.ready:
                 self.discard(pool.ready.pop())
-        # each destroyed in a task of its own (`discard`), some maybe added meanwhile
+        await self.destroyed()
+
+    async def destroyed(self) -> None:
+        """Wait until no sandbox is being destroyed (each in a task of its own: `discard`,
+        `end`; some maybe added meanwhile)."""
         while closing := [task for task in self._closing_tasks if not task.done()]:
             await asyncio.wait(closing)
 
@@ -247,6 +261,21 @@ class Pools:
         if session is not None:
             self._unwatch(session)
         return session
+
+    @contextlib.asynccontextmanager
+    async def kernel(
+        self, spec: SandboxSpec, cancel: asyncio.Event
+    ) -> AsyncIterator[KernelSession]:
+        """A run's kernel for the length of a block: from its pool when one is ready, else
+        started now (StartCancelled when `cancel` is set first). However the block ends,
+        every process of its sandbox is killed and the sandbox destroyed: the destruction
+        starts in the block's `finally` and goes on off the caller's path (`end`), so the
+        run's record is answered without waiting for the engine; `close()` waits for it."""
+        session = await self.acquire(spec, cancel)
+        try:
+            yield session
+        finally:
+            self.end(session)
 
     async def acquire(self, spec: SandboxSpec, cancel: asyncio.Event) -> KernelSession:
         """The run's kernel: from its pool when one is ready, else started now."""
@@ -332,14 +361,23 @@ class Pools:
     def discard(self, session: KernelSession) -> None:
         """Destroy a pooled kernel in the background (shutdown waits for it)."""
         self._unwatch(session)
-        task = asyncio.create_task(session.close())
+        self._destroy(session.close())
+
+    def end(self, session: KernelSession) -> None:
+        """A run's last two steps, the same on every backend, in the background (shutdown
+        waits for them): every process of its sandbox ends, then everything it made goes
+        (and the kernel client is closed)."""
+        self._destroy(_kill_and_close(session))
+
+    def _destroy(self, destroying: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(destroying)
         self._closing_tasks.add(task)
         task.add_done_callback(self._closed)
 
     def _closed(self, task: asyncio.Task[None]) -> None:
         self._closing_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("a pooled kernel could not be destroyed", exc_info=task.exception())
+            log.error("a sandbox could not be destroyed", exc_info=task.exception())
 
     # --- reports --------------------------------------------------------------------------
 

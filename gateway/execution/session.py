@@ -3,8 +3,9 @@
 `start_session` creates the sandbox, starts the kernel and waits until it is ready (or
 gives up on cancel or on the kernel's exit); a start that fails is tried once more in a
 fresh sandbox, since under load a start can fail that would succeed a moment later. The
-session's owner (a pool first, then a run; or a run that starts its own) calls `close()`,
-which destroys everything. `open_session` is the same scoped to an `async with`.
+session's owner calls `close()`, which destroys everything: a pool while the kernel waits
+in it, then the run's `async with pools.kernel(...)` block (`gateway.execution.pool`),
+which owns the kernel it takes or starts from acquiring it to its destruction.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import dataclasses
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from typing import Any, Literal
 
 from gateway.errors import SandboxError
@@ -391,22 +392,6 @@ async def _start_once(
         raise
     session.start_seconds = time.monotonic() - started
     return session
-
-
-@contextlib.asynccontextmanager
-async def open_session(
-    backend: SandboxBackend,
-    spec: SandboxSpec,
-    settings: Settings,
-    wire: Wire,
-    cancel: asyncio.Event | None = None,
-) -> AsyncIterator[KernelSession]:
-    """`start_session` scoped to a block: everything is destroyed when it exits."""
-    session = await start_session(backend, spec, settings, wire, cancel)
-    try:
-        yield session
-    finally:
-        await session.close()
 
 
 class StartCancelled(Exception):

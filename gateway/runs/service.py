@@ -9,7 +9,6 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import Awaitable
 
 from gateway.budget import Hold, Quota
 from gateway.errors import (
@@ -24,6 +23,7 @@ from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
+from gateway.execution.session import StartCancelled
 from gateway.metrics import Metrics
 from gateway.models.common import RUN_ID_PATTERN, Language, new_run_id
 from gateway.models.ipynb import store_notebook
@@ -96,7 +96,6 @@ class RunService:
                 "irkernel": settings.pool_r,
             },
         )
-        self._teardowns: set[asyncio.Task[None]] = set()
         self._slots = RunSlots.from_settings(settings)
         self._draining = False
         self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
@@ -112,23 +111,10 @@ class RunService:
         """Start filling the pools (the gateway calls this once it is up)."""
         self.pools.start()
 
-    def _teardown(self, closing: Awaitable[None]) -> None:
-        """Destroy a run's sandbox in the background, after its record was answered."""
-
-        async def close() -> None:
-            try:
-                await closing
-            except Exception:
-                log.exception("a sandbox could not be destroyed")
-
-        task = asyncio.create_task(close())
-        self._teardowns.add(task)
-        task.add_done_callback(self._teardowns.discard)
-
     @property
     def settled(self) -> bool:
         """No run is active, no sandbox is being destroyed, no pool kernel is starting."""
-        return not self.active and not self._teardowns and not self.pools.busy
+        return not self.active and not self.pools.busy
 
     @property
     def queued(self) -> int:
@@ -246,7 +232,6 @@ class RunService:
         (the record's own methods move its status: `gateway.models.record`)."""
         record = active.record
         started = time.monotonic()
-        execution: Execution | None = None
         try:
             if not await self._slots.acquire(record.user, active.cancel):
                 record.cancel_unstarted("The run was cancelled before it started.")
@@ -256,15 +241,15 @@ class RunService:
                 record.notes.extend(program.notes)
                 await self.store.update(record)  # it holds a slot: so other replicas see it
                 files, notes = await archive_files(self.uploads, program)
-                execution = Execution(
-                    program, record, self.pools, self.settings, active.cancel, active.events
-                )
+                execution = Execution(program, record, self.settings, active.cancel, active.events)
                 execution.result.notes.extend(notes)
                 active.execution = execution
-                await execution.run(files)
+                try:  # the kernel is this block's: destroyed as it ends, off the answer's path
+                    async with self.pools.kernel(execution.spec, active.cancel) as session:
+                        await execution.run(session, files)
+                except StartCancelled:
+                    execution.cancelled_before_start()
             finally:
-                if execution is not None:  # off the answer's path: the record is final
-                    self._teardown(execution.end())
                 self._slots.release(record.user)
         except GatewayError as exc:  # no kernel could start, or the staging was refused
             active.error = exc
@@ -377,9 +362,7 @@ class RunService:
                 active.cancel.set()
             if pending:
                 await asyncio.wait(pending, timeout=30)
-        await self.pools.close()
-        if self._teardowns:
-            await asyncio.wait(list(self._teardowns), timeout=60)
+        await self.pools.close()  # and every sandbox still being destroyed
 
 
 def _fail(record: RunRecord, note: str) -> None:
