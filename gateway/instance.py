@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from gateway.settings import parse_store_url
+from gateway.store_url import parse_store_url
 
 
 def instance_id(configured: str | None, data_dir: Path) -> str:

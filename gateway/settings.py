@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -27,8 +27,8 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.extras import missing
 from gateway.plugins import backend_names
+from gateway.store_url import parse_store_url
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -354,33 +354,6 @@ class Settings(BaseModel):
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return None if value is None else Path(os.path.abspath(value.expanduser()))
-
-
-StoreKind = Literal["sqlite", "postgresql"]
-
-
-def parse_store_url(url: str) -> tuple[StoreKind, Path | None]:
-    """Check a `--store` URL: ("sqlite", its file) or ("postgresql", None). A bad one raises
-    ValueError saying what is wrong (never repeating a password)."""
-    scheme, sep, rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in ("sqlite", "postgresql", "postgres"):
-        raise ValueError("the store must be sqlite:///PATH or postgresql://USER@HOST/DB")
-    if scheme == "sqlite":
-        if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "\0" in rest:
-            raise ValueError("sqlite:///PATH needs the absolute path of a file (three slashes)")
-        return "sqlite", Path(os.path.abspath(rest))
-    absent = missing("postgres")
-    if absent is not None:
-        raise ValueError(f"a PostgreSQL store: {absent}")
-    from psycopg import ProgrammingError, conninfo  # only for a PostgreSQL store
-
-    try:
-        conninfo.conninfo_to_dict(url)
-    except ProgrammingError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
-        raise ValueError(f"not a PostgreSQL URL libpq accepts ({reason})") from None
-    return "postgresql", None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gateway import settings as settings_module
+from gateway.config import config_from
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
 from gateway.plugins import BACKENDS, backend_entry_points, backend_names
@@ -31,7 +32,7 @@ from gateway.sandbox.base import (
     Sandbox,
     SandboxBackend,
 )
-from gateway.sandbox.factory import config_from, load, make_backend
+from gateway.sandbox.factory import load, make_backend
 from tests.fake_backend import FakeBackend
 from tests.fake_kernel import script
 from tests.support import REPO, GatewayProcess

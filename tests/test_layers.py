@@ -21,6 +21,8 @@ LAYERS: list[set[str]] = [
         "plugins",
         "budget",
         "offload",
+        "config",
+        "store_url",
     },
     {"models", "settings", "auth", "metrics", "configure", "instance"},
     {"sandbox"},

@@ -24,6 +24,7 @@ from gateway.store.instance import InstanceTaken, instance_lock_key
 from gateway.store.migrate import migrations
 from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SQLiteStore
+from gateway.store_url import parse_store_url
 from tests.postgres import Server
 from tests.support import free_port
 
@@ -325,7 +326,7 @@ def test_a_bad_store_url_is_refused_at_start_without_its_password(url: str, mess
 
 def test_a_sqlite_url_names_the_file() -> None:
     settings = settings_module.load(environ={}, overrides={"store": "sqlite:///tmp/x/r.db"})
-    assert settings_module.parse_store_url(str(settings.store)) == ("sqlite", Path("/tmp/x/r.db"))
+    assert parse_store_url(str(settings.store)) == ("sqlite", Path("/tmp/x/r.db"))
 
 
 # --- uploads: on disk beside SQLite, in the database beside PostgreSQL ----------------------

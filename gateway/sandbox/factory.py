@@ -15,45 +15,25 @@ A plug-in whose packages are missing says which extra installs them (`gateway.ex
 whether its import failed or its own `extra` is incomplete.
 
 A backend's configuration is a frozen dataclass (`config_type`) whose fields are named
-after the settings they take, as jupyter_client hands a provisioner the config stanza of
-its kernel spec: the backend sees those values and no other setting.
+after the settings they take (`gateway.config.config_from` fills it), as jupyter_client
+hands a provisioner the config stanza of its kernel spec: the backend sees those values and
+no other setting.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from collections.abc import Mapping
 from importlib.metadata import EntryPoint
-from typing import Any, TypeVar
+from typing import Any
 
+from gateway.config import config_from
 from gateway.extras import missing, providing
 from gateway.plugins import backend_entry_points
 from gateway.sandbox.base import BackendContext, SandboxBackend
 
-C = TypeVar("C")
-
 
 class BackendMissing(Exception):
     """A backend cannot run here; the message says why (a clause: "no Docker engine ...")."""
-
-
-def config_from(kind: type[C], settings: Mapping[str, Any]) -> C:
-    """`kind` (a dataclass) filled from the settings: each field takes the setting of its
-    name; a field whose type is itself a dataclass is filled the same way."""
-    if not dataclasses.is_dataclass(kind):
-        raise TypeError(f"{kind.__name__} is not a dataclass")
-    hints = typing.get_type_hints(kind)
-    values: dict[str, Any] = {}
-    for field in dataclasses.fields(kind):
-        hint = hints[field.name]
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            values[field.name] = config_from(hint, settings)
-        elif field.name in settings:
-            values[field.name] = settings[field.name]
-        else:
-            raise TypeError(f"{kind.__name__}.{field.name}: there is no setting of that name")
-    return kind(**values)
 
 
 def load(entry: EntryPoint) -> type[SandboxBackend]:

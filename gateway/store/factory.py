@@ -1,12 +1,13 @@
 """The store `--store` names: `sqlite:///PATH` (the default: `runs.sqlite3` under
 `--data-dir`) or `postgresql://...` (a libpq URL; `postgres://` too). The settings already
-checked the URL's shape (`gateway.settings.parse_store_url`)."""
+checked the URL's shape (`gateway.store_url.parse_store_url`)."""
 
 from __future__ import annotations
 
-from gateway.settings import Settings, parse_store_url
+from gateway.settings import Settings
 from gateway.store.base import RecordStore
 from gateway.store.sqlite import SQLiteStore
+from gateway.store_url import parse_store_url
 
 
 def make_store(settings: Settings, replica: str) -> RecordStore:
