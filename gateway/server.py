@@ -19,11 +19,13 @@ import tornado.netutil
 from gateway.app import make_app
 from gateway.auth import TokenTable, is_loopback_host
 from gateway.budget import ByteBudget
+from gateway.config import config_from
 from gateway.execution.kernel import Wire
 from gateway.handlers.base import Services
 from gateway.http_server import GatewayHTTPServer
 from gateway.instance import instance_id, private_paths
 from gateway.metrics import Metrics
+from gateway.runs.config import RunServiceConfig
 from gateway.runs.leases import Heartbeat
 from gateway.runs.service import RunService
 from gateway.sandbox.base import BackendContext, SandboxBackend
@@ -35,13 +37,6 @@ from gateway.store.instance import FileLock, machine_lock
 from gateway.uploads.service import UploadService
 
 log = logging.getLogger("gateway")
-
-
-def max_kernel_message(settings: Settings) -> int:
-    """The largest message a kernel may send: one rich output, or the reply that carries
-    `result` (at most `result_cap_bytes` of JSON), plus room for its envelope."""
-    largest = max(settings.display_cap_bytes, settings.result_cap_bytes)
-    return largest + settings.stream_cap_bytes + 1024 * 1024
 
 
 class Gateway:
@@ -82,6 +77,8 @@ class Gateway:
 
     async def _start(self) -> None:
         settings = self.settings
+        values = settings.model_dump()  # each part's config takes its settings by name
+        runs_config = config_from(RunServiceConfig, values)
         sockets = tornado.netutil.bind_sockets(
             settings.port, settings.host, family=socket.AF_UNSPEC
         )  # first: a port in use fails before anything else was started
@@ -96,10 +93,10 @@ class Gateway:
         await self.store.open()  # SQLite: its file's lock
         link = self.store.lease_link()
         if link is not None:  # a shared store: the heartbeat's connection holds the id
-            self._heartbeat = Heartbeat(link, settings, self._instance_taken)
+            self._heartbeat = Heartbeat(link, settings.lease_seconds, self._instance_taken)
             await self._heartbeat.start()
         backend, self.backend_reason = await make_backend(
-            settings.model_dump(),
+            values,
             BackendContext(
                 instance_id=ident,
                 multi_user=self.tokens.multi_user,
@@ -126,12 +123,12 @@ class Gateway:
         # messages are in the gateway at once; past that, reading waits and the backlog
         # stays in the kernels' own send queues, inside their sandboxes (execution/zmtp.py).
         self.wire = Wire(
-            max_message_bytes=max_kernel_message(settings),
+            max_message_bytes=runs_config.execution.max_kernel_message(),
             budget=ByteBudget("kernel messages", settings.kernel_bytes_in_flight),
         )
         metrics = Metrics()
         uploads = UploadService(settings, self.store.upload_shelf(settings))
-        runs = RunService(settings, backend, self.store, self.wire, metrics, uploads)
+        runs = RunService(runs_config, backend, self.store, self.wire, metrics, uploads)
         if self._heartbeat is not None:
             self._heartbeat.attach(runs)
         self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)

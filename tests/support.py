@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import psutil
 
 from gateway import settings as settings_module
+from gateway.config import config_from
 from gateway.sandbox.base import Footprint
 from gateway.server import Gateway
 from tests import census
@@ -34,6 +35,19 @@ REPO = Path(__file__).resolve().parent.parent
 # The kernel image the tests use: scripts/test.sh sets it to the tag docker/build.sh built,
 # so that the tests never run against a stale `latest` of another checkout.
 DOCKER_IMAGE = os.environ.get("GATEWAY_DOCKER_IMAGE", "gateway-kernel:latest")
+
+
+C = TypeVar("C")
+
+
+def part_config(
+    kind: type[C], settings: settings_module.Settings | None = None, **overrides: Any
+) -> C:
+    """A part's config (`gateway.config`) as the server builds it: from `settings`, or
+    from the defaults with `overrides` (settings by name)."""
+    if settings is None:
+        settings = settings_module.load(environ={}, overrides=overrides)
+    return config_from(kind, settings.model_dump())
 
 
 def new_instance_id(backend: str = "local") -> str:

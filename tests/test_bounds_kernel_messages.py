@@ -21,9 +21,10 @@ import zmq
 import zmq.asyncio
 
 from gateway.budget import ByteBudget
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.zmtp import Channel, Dropped, Meter, open_channel
-from gateway.server import max_kernel_message
 from tests.conftest import start_gateway
+from tests.support import part_config
 
 MiB = 1024 * 1024
 KERNELS = 4
@@ -173,7 +174,7 @@ def test_real_kernels_flooding_at_once_stay_within_the_budget() -> None:
             records = list(pool.map(lambda _: client.run(code=FLOOD, timeout=60), range(3)))
         wire = server.gateway.wire
         assert wire is not None
-        largest = max_kernel_message(server.settings)
+        largest = part_config(ExecutionConfig, server.settings).max_kernel_message()
     finally:
         server.stop()
     for record in records:

@@ -23,6 +23,7 @@ import pytest
 
 from gateway import settings as settings_module
 from gateway.budget import ByteBudget
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
@@ -32,12 +33,14 @@ from gateway.metrics import Metrics
 from gateway.models.common import new_run_id
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest, StagedFile
+from gateway.runs.config import RunServiceConfig
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxSpec
 from gateway.store.factory import make_store
 from tests.api import code_notebook
 from tests.fake_backend import START_CPU_MS, FakeBackend, FakeSandbox
 from tests.fake_kernel import script
+from tests.support import part_config
 
 MiB = 1024 * 1024
 SCENARIO_TIMEOUT = 20.0  # a scenario that hangs fails instead of waiting for pytest's timeout
@@ -60,11 +63,11 @@ class Harness:
     """One fake backend, the real pools and wire."""
 
     def __init__(self, settings: settings_module.Settings, backend: FakeBackend) -> None:
-        self.settings = settings
+        self.config = part_config(ExecutionConfig, settings)
         self.backend = backend
         self.wire = Wire(max_message_bytes=8 * MiB, budget=ByteBudget("kernel messages", 64 * MiB))
         sizes = {"ipykernel": settings.pool_python}
-        self.pools = Pools(settings, backend, self.wire, Metrics(), sizes=sizes)
+        self.pools = Pools(self.config, backend, self.wire, Metrics(), sizes=sizes)
 
     async def execute(
         self, program: Program, cancel: asyncio.Event | None = None
@@ -75,7 +78,7 @@ class Harness:
         record.start()
         created = len(self.backend.sandboxes)
         cancel = cancel if cancel is not None else asyncio.Event()
-        execution = Execution(program, record, self.settings, cancel)
+        execution = Execution(program, record, self.config, cancel)
         try:
             async with self.pools.kernel(execution.spec, cancel) as session:
                 await execution.run(session, program.files)
@@ -466,7 +469,7 @@ async def service(tmp_path: Path, backend: FakeBackend) -> AsyncIterator[RunServ
     store = make_store(settings, "fast")
     await store.open()
     wire = Wire(max_message_bytes=8 * MiB, budget=ByteBudget("kernel messages", 64 * MiB))
-    runs = RunService(settings, backend, store, wire, Metrics())
+    runs = RunService(part_config(RunServiceConfig, settings), backend, store, wire, Metrics())
     runs.start()
     try:
         yield runs

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.execution.session import limits_from
 from gateway.sandbox.base import SandboxSpec
 from gateway.sandbox.forkserver.parent import Parent
 from tests import census
@@ -82,7 +81,7 @@ async def _take_and_kill(server: GatewayThread, parent: Parent, moment: float) -
     seconds later; the kernel taken is destroyed meanwhile."""
     pools = server.gateway.services.runs.pools  # type: ignore[union-attr]
     await parent.ensure()  # started again if the last kill came after its fork's answer
-    spec = SandboxSpec(run_id="taken", language="python", limits=limits_from(server.settings))
+    spec = SandboxSpec(run_id="taken", language="python", limits=pools.config.limits())
     session = pools.take("python", spec)  # as a run takes it
     assert session is not None, pools.describe()
     assert parent.pid is not None

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.pool import overcommitted, total_memory
-from gateway.settings import GiB, Settings
+from gateway.settings import GiB
 from tests import census
 from tests.api import full, pools, take
 from tests.conftest import start_gateway
-from tests.support import GatewayThread, wait_for
+from tests.support import GatewayThread, part_config, wait_for
 
 
 @pytest.fixture
@@ -223,7 +224,9 @@ def test_settings_that_let_runs_empty_the_pools_are_named_at_start(
     `pool_min_free_bytes` and empty the pools for everyone. That can only happen where the
     runs' limits and that reserve do not fit in the machine: the gateway says so at start
     (DESIGN.md decision 14 says why the pools still give way then)."""
-    fits = Settings(max_concurrent_runs=4, memory_bytes=GiB, pool_min_free_bytes=GiB)
+    fits = part_config(
+        ExecutionConfig, max_concurrent_runs=4, memory_bytes=GiB, pool_min_free_bytes=GiB
+    )
     assert overcommitted(fits, total=5 * GiB) is None
     why = overcommitted(fits, total=5 * GiB - 1)
     assert why is not None and "4.0 GiB" in why and "pool_min_free_bytes" in why

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.runs.config import RunServiceConfig
 from gateway.runs.slots import RunSlots
-from gateway.settings import Settings
+from tests.support import part_config
 
 
 async def settle() -> None:
@@ -139,11 +140,12 @@ def test_the_share_is_at_least_one_and_at_most_every_slot() -> None:
 
 
 def test_the_default_share_leaves_a_slot_only_where_there_are_other_users() -> None:
-    several = Settings(tokens=Path("/srv/tokens.json"), max_concurrent_runs=4)
-    assert RunSlots.from_settings(several).per_user == 3
-    assert (
-        RunSlots.from_settings(several.model_copy(update={"max_concurrent_runs": 1})).per_user == 1
-    )
-    assert RunSlots.from_settings(Settings(max_concurrent_runs=4)).per_user == 4  # single-user
-    chosen = Settings(tokens=Path("/srv/tokens.json"), max_running_per_user=2)
-    assert RunSlots.from_settings(chosen).per_user == 2
+    def share(**settings: object) -> int:
+        config = part_config(RunServiceConfig, **settings)
+        return RunSlots(config.max_concurrent_runs, config.slots_per_user()).per_user
+
+    tokens = Path("/srv/tokens.json")
+    assert share(tokens=tokens, max_concurrent_runs=4) == 3
+    assert share(tokens=tokens, max_concurrent_runs=1) == 1
+    assert share(max_concurrent_runs=4) == 4  # single-user
+    assert share(tokens=tokens, max_running_per_user=2) == 2

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.execution.session import StartCancelled, limits_from, start_session
+from gateway.execution.session import StartCancelled, start_session
 from gateway.models.request import WorkspaceRef
 from gateway.sandbox.base import SandboxSpec
 from gateway.sandbox.uids import LEASE_DIR
@@ -40,12 +40,12 @@ async def _give_up_after(
     spec = SandboxSpec(
         run_id=f"cancel-{how}-{int(delay * 1000)}",
         language="python",
-        limits=limits_from(server.settings),
+        limits=pools.config.limits(),
         workspace=workspace,
     )
     cancel = asyncio.Event()
     start = asyncio.ensure_future(
-        start_session(pools.backend, spec, server.settings, pools.wire, cancel)
+        start_session(pools.backend, spec, pools.config, pools.wire, cancel)
     )
     loop = asyncio.get_running_loop()
     loop.call_later(delay, cancel.set if how == "event" else start.cancel)

@@ -25,7 +25,6 @@ from gateway.execution.textcap import (
     utf8_size,
 )
 from gateway.jsoncodec import too_deep
-from gateway.settings import Settings
 
 # (output as nbformat dict, display_id or None, True when it replaces an earlier output)
 OutputListener = Callable[[dict[str, Any], str | None, bool], None]
@@ -43,19 +42,6 @@ class Caps:
     error_bytes: int = 256 * 1024  # an error's value, and its traceback, each
     max_depth: int = 64  # deepest nesting of an output's JSON that is kept
     display_total: int | None = None  # the run's whole rich-output budget, for notes
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, limit_bytes: int | None = None, display_bytes: int | None = None
-    ) -> Caps:
-        return cls(
-            stream_bytes=settings.stream_cap_bytes,
-            display_bytes=settings.display_cap_bytes if display_bytes is None else display_bytes,
-            limit_bytes=settings.output_limit_bytes if limit_bytes is None else limit_bytes,
-            error_bytes=settings.error_cap_bytes,
-            max_depth=settings.max_json_depth,
-            display_total=settings.display_cap_bytes,
-        )
 
 
 @dataclasses.dataclass

@@ -3,7 +3,7 @@
 Who calls what, in order (the run service, once the run holds a slot and its record is
 `running`):
 
-    execution = Execution(program, record, settings, cancel, events)
+    execution = Execution(program, record, config, cancel, events)
     async with pools.kernel(execution.spec, cancel) as session:
                                  the run's kernel, pooled or cold, owned by this block: when
                                  it ends, however, its sandbox is killed and destroyed (off
@@ -36,18 +36,18 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.deadline import Deadline
 from gateway.execution.events import CellFinished, CellOutput, CellStarted, CellStatus, RunEvents
 from gateway.execution.kernel_code import result_code, setup_code
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.result import RunResult, exit_code_of
-from gateway.execution.session import CellRun, KernelSession, limits_from
+from gateway.execution.session import CellRun, KernelSession
 from gateway.execution.value import SETUP_TIMEOUT, read_result, result_expressions
 from gateway.models.languages import traits
 from gateway.models.record import RunRecord
 from gateway.models.request import StagedFile
-from gateway.sandbox.base import ReadLimits, SandboxSpec
-from gateway.settings import Settings
+from gateway.sandbox.base import SandboxSpec
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # its program is user code
@@ -57,7 +57,7 @@ class Execution:
 
     program: Program
     record: RunRecord
-    settings: Settings
+    config: ExecutionConfig
     cancel: asyncio.Event
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
     result: RunResult = dataclasses.field(init=False)
@@ -66,7 +66,7 @@ class Execution:
     _index: int = dataclasses.field(default=0, init=False)  # the cell being run, for its events
 
     def __post_init__(self) -> None:
-        self.result = RunResult(self.settings, self.program)
+        self.result = RunResult(self.config, self.program)
 
     @property
     def spec(self) -> SandboxSpec:
@@ -75,7 +75,7 @@ class Execution:
         return SandboxSpec(
             run_id=self.record.id,
             language=program.language,
-            limits=limits_from(self.settings, program.memory_bytes),
+            limits=self.config.limits(program.memory_bytes),
             network=program.network,
             workspace=program.workspace,
         )
@@ -85,7 +85,7 @@ class Execution:
         docstring). Raises the GatewayError that stopped it before any code ran (files could
         not be staged); the service then fails the record."""
         # nothing past the run's output limit is even read from the kernel
-        session.client.meter.limit_from_now(self.settings.output_limit_bytes)
+        session.client.meter.limit_from_now(self.config.output_limit_bytes)
         await session.sandbox.stage_files(files)
         # the run's CPU counts from here: not the kernel's start, nor (a pooled kernel) its
         # preloads, so that pooled and cold runs report alike
@@ -178,7 +178,7 @@ class Execution:
     def _result_expressions(self) -> dict[str, str] | None:
         """What the last cell's request asks ipykernel to evaluate after it: `result`."""
         if self.program.reads_result and self._ipykernel:
-            return result_expressions(self.settings)
+            return result_expressions(self.config)
         return None
 
     @property
@@ -194,20 +194,16 @@ class Execution:
         if last.ending == "finished" and self.program.reads_result:
             closing.result, closing.result_note, failure = await read_result(
                 session,
-                self.settings,
+                self.config,
                 self._ipykernel,
                 last.reply,
-                result_code(self.program.language, self.settings.result_cap_bytes),
+                result_code(self.program.language, self.config.result_cap_bytes),
             )
             if failure:
                 result.notes.append(failure)
-        sandbox, settings = session.sandbox, self.settings
+        sandbox = session.sandbox
         if self.program.return_files:
-            limits = ReadLimits(
-                max_files=settings.max_return_files,
-                max_file_bytes=settings.max_return_file_bytes,
-                max_total_bytes=settings.max_return_files_bytes,
-            )
+            limits = self.config.read_limits()
             # nothing may change the working folder while it is read: frozen where the
             # sandbox can be (its kill follows off the answer's path), else killed now
             if not await sandbox.freeze():

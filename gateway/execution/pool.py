@@ -32,13 +32,13 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 from gateway.errors import GatewayError
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.kernel import Wire
-from gateway.execution.session import KernelSession, limits_from, start_session
+from gateway.execution.session import KernelSession, start_session
 from gateway.metrics import Metrics
 from gateway.models.common import Language
 from gateway.models.languages import Kernel, traits
 from gateway.sandbox.base import SandboxBackend, SandboxSpec
-from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +84,17 @@ def _meminfo(field: str) -> int | None:
     return None
 
 
-def overcommitted(settings: Settings, total: int | None) -> str | None:
+def overcommitted(config: ExecutionConfig, total: int | None) -> str | None:
     """Why runs within their own memory limits could push the machine's available memory
     under `pool_min_free_bytes` (and so empty the pools for everyone), or None when they
     cannot: every run slot's limit plus that reserve fit in the machine's memory."""
-    runs = settings.max_concurrent_runs * settings.memory_bytes
-    if total is None or runs + settings.pool_min_free_bytes <= total:
+    runs = config.max_concurrent_runs * config.memory_bytes
+    if total is None or runs + config.pool_min_free_bytes <= total:
         return None
     gib = 1 << 30
     return (
         f"max_concurrent_runs x memory_bytes ({runs / gib:.1f} GiB) plus pool_min_free_bytes "
-        f"({settings.pool_min_free_bytes / gib:.1f} GiB) exceed this machine's memory "
+        f"({config.pool_min_free_bytes / gib:.1f} GiB) exceed this machine's memory "
         f"({total / gib:.1f} GiB): runs that use their memory limits can leave less than "
         "pool_min_free_bytes available, and then the pools are emptied for everyone (runs "
         "start cold: slower, not failed). Lower max_concurrent_runs, memory_bytes or "
@@ -135,15 +135,15 @@ class KernelPool:
 
     async def fill_one(self) -> None:
         """Start one kernel for this pool (called by the refiller)."""
-        settings = self.pools.settings
+        config = self.pools.config
         spec = SandboxSpec(
             run_id=f"pool-{self.kind}-{secrets.token_hex(6)}",
             language=STARTED_AS[self.kind],
-            limits=limits_from(settings),
+            limits=config.limits(),
         )
         self.starting += 1
         try:
-            session = await start_session(self.pools.backend, spec, settings, self.pools.wire)
+            session = await start_session(self.pools.backend, spec, config, self.pools.wire)
             try:
                 await self._preload(session)
             except BaseException:  # cancelled (shutdown) or failed: it is nobody's yet
@@ -160,14 +160,14 @@ class KernelPool:
         self.pools.watch(self, session)
 
     async def _preload(self, session: KernelSession) -> None:
-        modules = self.pools.settings.preload
+        modules = self.pools.config.preload
         if self.kind != "ipykernel" or not modules:
             return
         code = (
             "__import__('kernels.python.startup', fromlist=['_'])"
             f".preload({json.dumps(list(modules))!r})"
         )
-        reply = await session.run_silent(code, timeout=self.pools.settings.kernel_start_timeout)
+        reply = await session.run_silent(code, timeout=self.pools.config.kernel_start_timeout)
         if reply is None or reply.get("status") != "ok":
             log.warning("the %s pool's preload failed: %s", self.kind, reply)
 
@@ -177,13 +177,13 @@ class Pools:
 
     def __init__(
         self,
-        settings: Settings,
+        config: ExecutionConfig,
         backend: SandboxBackend,
         wire: Wire,
         metrics: Metrics,
         sizes: Mapping[Kernel, int],
     ) -> None:
-        self.settings = settings
+        self.config = config
         self.backend = backend
         self.wire = wire
         self.metrics = metrics
@@ -200,7 +200,7 @@ class Pools:
 
     def start(self) -> None:
         if self.pools:
-            why = overcommitted(self.settings, total_memory())
+            why = overcommitted(self.config, total_memory())
             if why is not None:
                 log.warning("the pools can be emptied by runs under memory pressure: %s", why)
             self._refiller = asyncio.create_task(self._refill())
@@ -282,7 +282,7 @@ class Pools:
         session = self.take(spec.language, spec)
         if session is None:
             return await self._start_cold(spec, cancel)
-        default = limits_from(self.settings).memory_bytes
+        default = self.config.memory_bytes
         if spec.limits.memory_bytes < default:
             try:
                 lowered = await session.sandbox.set_memory_limit(spec.limits.memory_bytes)
@@ -295,7 +295,7 @@ class Pools:
         return session
 
     async def _start_cold(self, spec: SandboxSpec, cancel: asyncio.Event) -> KernelSession:
-        session = await start_session(self.backend, spec, self.settings, self.wire, cancel)
+        session = await start_session(self.backend, spec, self.config, self.wire, cancel)
         # every start is timed once, where it happens (a pooled one when it fills its pool)
         self.metrics.kernel_start_seconds.observe(session.start_seconds)
         return session
@@ -327,7 +327,7 @@ class Pools:
 
     def _check_memory(self) -> None:
         free = available_memory()
-        short = free is not None and free < self.settings.pool_min_free_bytes
+        short = free is not None and free < self.config.pool_min_free_bytes
         if short and not self._memory_short:
             log.warning("memory is short (%s bytes available): the pools shrink", free)
         self._memory_short = short

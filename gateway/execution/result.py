@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.execution.charts import charts_from_outputs, is_saved_chart
 from gateway.execution.collector import Caps
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.errorcap import cap_error
 from gateway.execution.program import Program
 from gateway.execution.session import CellRun, Ending
@@ -27,7 +28,6 @@ from gateway.models.ipynb import store_notebook
 from gateway.models.languages import traits
 from gateway.models.record import RunRecord, Usage, Verdict
 from gateway.sandbox.base import Death, FilesRead, LimitEvent
-from gateway.settings import Settings
 
 _RICH = ("display_data", "execute_result", "error")
 STREAMS = ("stdout", "stderr", "output")
@@ -106,10 +106,10 @@ class Closing:
 class RunResult:
     """A program's results so far; see the module docstring."""
 
-    def __init__(self, settings: Settings, program: Program) -> None:
-        self.settings = settings
+    def __init__(self, config: ExecutionConfig, program: Program) -> None:
+        self.config = config
         self.program = program
-        self.texts = {name: _Text(settings.stream_cap_bytes) for name in STREAMS}
+        self.texts = {name: _Text(config.stream_cap_bytes) for name in STREAMS}
         self.received = 0
         self.display = 0
         self.notes: list[str] = []
@@ -125,11 +125,10 @@ class RunResult:
 
     def caps(self) -> Caps:
         """The next cell's caps: output past what is left of the program's limit kills it."""
-        settings = self.settings
-        return Caps.from_settings(
-            settings,
-            limit_bytes=max(0, settings.output_limit_bytes - self.received),
-            display_bytes=max(0, settings.display_cap_bytes - self.display),
+        config = self.config
+        return config.caps(
+            limit_bytes=max(0, config.output_limit_bytes - self.received),
+            display_bytes=max(0, config.display_cap_bytes - self.display),
         )
 
     def _named(self, name: str, note: str) -> str:
@@ -174,7 +173,7 @@ class RunResult:
         """Remember the first failing cell: its error and exit code stand for the program."""
         if not self.failed:
             self.failed = True
-            self.error = error_of(cell, self.settings.error_cap_bytes)
+            self.error = error_of(cell, self.config.error_cap_bytes)
             self.exit_code = exit_code
 
     def note_stop(self, name: str, cell: CellRun, by_cell_timeout: bool, more: bool) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from gateway.errors import SandboxError
 from gateway.execution.collector import Caps, DisplayUpdate, OutputCollector, OutputListener
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.fence import CellFences, new_token
 from gateway.execution.kernel import KernelClient, OverLimit, Wire
 from gateway.execution.kernel_code import fence_code
@@ -28,14 +29,12 @@ from gateway.models.common import Language
 from gateway.models.languages import LanguageTraits, traits
 from gateway.sandbox.base import (
     Death,
-    Limits,
     Sandbox,
     SandboxBackend,
     SandboxSpec,
     to_the_end,
     wait_out,
 )
-from gateway.settings import Settings
 
 # "exited": the program ended the kernel itself (`Deno.exit(n)`), after all its output
 Ending = Literal["finished", "timeout", "cancelled", "died", "output_limit", "exited"]
@@ -56,16 +55,6 @@ class CellRun:
     exit_code: int | None = None  # the program's exit status when it "exited"
 
 
-def limits_from(settings: Settings, memory_bytes: int | None = None) -> Limits:
-    return Limits(
-        cpus=settings.cpus,
-        memory_bytes=min(settings.memory_bytes, memory_bytes or settings.memory_bytes),
-        pids=settings.pids,
-        workdir_bytes=settings.workdir_bytes,
-        tmp_bytes=settings.tmp_bytes,
-    )
-
-
 class KernelSession:
     """A started kernel in its sandbox, ready to run cells until the deadline of each."""
 
@@ -73,12 +62,12 @@ class KernelSession:
         self,
         sandbox: Sandbox,
         client: KernelClient,
-        settings: Settings,
+        config: ExecutionConfig,
         language: Language = "python",
     ) -> None:
         self.sandbox = sandbox
         self.client = client
-        self.settings = settings
+        self.config = config
         self.traits: LanguageTraits = traits(language)
         # the kernel's fence token (`execution.fence`), for kernels that need fences
         self.fence_token = new_token() if self.traits.fenced_output else None
@@ -112,7 +101,7 @@ class KernelSession:
         """Run one cell until it ends, `cancel` is set, or the instant `until`
         (`time.monotonic()`; the program's `Deadline` says when) is past: then the kernel is
         interrupted, given `interrupt_grace` s to flush, and the cell ends `timeout`.
-        `caps` default to the settings'. The cell's outputs are told to `listener` as they
+        `caps` default to the config's. The cell's outputs are told to `listener` as they
         arrive; `on_display` hears of display updates meant for outputs of earlier cells;
         `user_expressions` are evaluated by the kernel after the cell, if it succeeded, and
         come back in its reply (ipykernel), saving the gateway a request of its own.
@@ -120,7 +109,7 @@ class KernelSession:
         Once the cell has replied, its output has arrived with its `idle` status, or (for a
         kernel with fences) with a fence on both streams; past that, the cell waits for
         either only while the kernel keeps sending, up to `IDLE_AFTER_REPLY` s of quiet."""
-        caps = Caps.from_settings(self.settings) if caps is None else caps
+        caps = self.config.caps() if caps is None else caps
         # a fenced kernel prints from another thread than the one that reports the error:
         # what it printed before the error may arrive after it, so the error waits for the
         # fences (`OutputCollector.hold_error`)
@@ -212,7 +201,7 @@ class KernelSession:
     async def _interrupt(self, pump: asyncio.Task[None], reply: asyncio.Task[Any]) -> None:
         with contextlib.suppress(Exception):
             self.client.interrupt()
-        await asyncio.wait([pump], timeout=self.settings.interrupt_grace)
+        await asyncio.wait([pump], timeout=self.config.interrupt_grace)
 
     async def _pump(
         self,
@@ -328,7 +317,7 @@ def _stream_message(parent: str, name: str, text: str) -> dict[str, Any]:
 async def start_session(
     backend: SandboxBackend,
     spec: SandboxSpec,
-    settings: Settings,
+    config: ExecutionConfig,
     wire: Wire,
     cancel: asyncio.Event | None = None,
 ) -> KernelSession:
@@ -342,7 +331,7 @@ async def start_session(
     failures: list[str] = []
     while True:
         try:
-            return await _start_once(backend, spec, settings, wire, cancel)
+            return await _start_once(backend, spec, config, wire, cancel)
         except SandboxError as exc:
             failures.append(exc.message)
             if cancel.is_set() or len(failures) >= START_ATTEMPTS:
@@ -366,7 +355,7 @@ def _start_failed(failures: list[str]) -> SandboxError:
 async def _start_once(
     backend: SandboxBackend,
     spec: SandboxSpec,
-    settings: Settings,
+    config: ExecutionConfig,
     wire: Wire,
     cancel: asyncio.Event,
 ) -> KernelSession:
@@ -381,12 +370,12 @@ async def _start_once(
             how = _how(await sandbox.death())  # the sandbox's message has its output
             raise SandboxError(f"{exc.message} ({how})" if how else exc.message) from exc
         client = KernelClient(info, wire)
-        session = KernelSession(sandbox, client, settings, spec.language)
+        session = KernelSession(sandbox, client, config, spec.language)
     except BaseException:
         await to_the_end(sandbox.destroy())
         raise
     try:
-        await _until_ready(session, settings.kernel_start_timeout, cancel)
+        await _until_ready(session, config.kernel_start_timeout, cancel)
     except BaseException:
         await session.close()
         raise

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.execution.collector import json_size
+from gateway.execution.config import ExecutionConfig
 from gateway.execution.errorcap import clip_middle
 from gateway.execution.kernel_code import python_result
 from gateway.execution.session import KernelSession
-from gateway.settings import Settings
 
 SETUP_TIMEOUT = 10.0  # seconds for the gateway's own silent requests
 RESULT_EXPRESSION = "gateway_result"  # the name of `result` among a request's user expressions
@@ -24,7 +24,7 @@ RESULT_EXPRESSION = "gateway_result"  # the name of `result` among a request's u
 
 async def read_result(
     session: KernelSession,
-    settings: Settings,
+    config: ExecutionConfig,
     user_expressions: bool,
     last_reply: dict[str, Any] | None = None,
     code: str = "",
@@ -42,7 +42,7 @@ async def read_result(
         evaluated = evaluated_result(last_reply)
         if evaluated is None:
             reply = await session.run_silent(
-                "", timeout=SETUP_TIMEOUT, user_expressions=result_expressions(settings)
+                "", timeout=SETUP_TIMEOUT, user_expressions=result_expressions(config)
             )
             evaluated = evaluated_result(reply)
         if evaluated is not None and evaluated.get("status") == "error":
@@ -67,20 +67,20 @@ async def read_result(
     large = "`{}` was not returned: it is {} bytes as JSON, over the limit of {} bytes."
     if "size" in value:  # the kernel's own measure: it sent no value (ipykernel)
         size_text = clip_middle(str(value["size"]), 40)
-        return None, large.format(name, size_text, settings.result_cap_bytes), None
+        return None, large.format(name, size_text, config.result_cap_bytes), None
     result = value.get("value")
-    size = json_size(result, settings.max_json_depth)
+    size = json_size(result, config.max_json_depth)
     if size is None:
-        deep = f"it is nested more than {settings.max_json_depth} levels deep"
+        deep = f"it is nested more than {config.max_json_depth} levels deep"
         return None, f"`{name}` was not returned: {deep}.", None
-    if size > settings.result_cap_bytes:  # a kernel that sent more than it was asked for
-        return None, large.format(name, size, settings.result_cap_bytes), None
+    if size > config.result_cap_bytes:  # a kernel that sent more than it was asked for
+        return None, large.format(name, size, config.result_cap_bytes), None
     return result, None, None
 
 
-def result_expressions(settings: Settings) -> dict[str, str]:
+def result_expressions(config: ExecutionConfig) -> dict[str, str]:
     """The user expressions that have ipykernel evaluate `result` (within its cap)."""
-    return {RESULT_EXPRESSION: python_result(settings.result_cap_bytes)}
+    return {RESULT_EXPRESSION: python_result(config.result_cap_bytes)}
 
 
 def evaluated_result(reply: Any) -> dict[str, Any] | None:

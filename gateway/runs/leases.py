@@ -46,7 +46,6 @@ from collections.abc import Callable
 
 from gateway.errors import GatewayError
 from gateway.runs.service import RunService
-from gateway.settings import Settings
 from gateway.store.base import LeaseLink, Renewal
 from gateway.store.instance import InstanceTaken
 
@@ -70,11 +69,9 @@ class Heartbeat:
     holds the instance id, or raises `InstanceTaken`), `attach(runs)` once the run service
     exists, `await stop()` at shutdown (the thread is joined, the connection closed)."""
 
-    def __init__(
-        self, link: LeaseLink, settings: Settings, on_taken: Callable[[str], None]
-    ) -> None:
+    def __init__(self, link: LeaseLink, lease: float, on_taken: Callable[[str], None]) -> None:
         self.link = link
-        self.lease = settings.lease_seconds
+        self.lease = lease  # `lease_seconds`
         self.on_taken = on_taken
         self.runs: RunService | None = None
         self._main_loop: asyncio.AbstractEventLoop | None = None

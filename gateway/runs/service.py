@@ -10,7 +10,7 @@ import logging
 import re
 import time
 
-from gateway.budget import Hold, Quota
+from gateway.budget import Hold
 from gateway.errors import (
     GatewayError,
     NotFound,
@@ -32,9 +32,9 @@ from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.attach import archive_files, check_archive
 from gateway.runs.bounds import bound_record
+from gateway.runs.config import RunServiceConfig
 from gateway.runs.slots import RunSlots
 from gateway.sandbox.base import SandboxBackend
-from gateway.settings import Settings
 from gateway.store.base import UNFINISHED, RecordStore
 from gateway.uploads.service import UploadService
 
@@ -70,33 +70,22 @@ class ActiveRun:
 class RunService:
     def __init__(
         self,
-        settings: Settings,
+        config: RunServiceConfig,
         backend: SandboxBackend,
         store: RecordStore,
         wire: Wire,
         metrics: Metrics,
         uploads: UploadService | None = None,
     ) -> None:
-        self.settings = settings
+        self.config = config
         self.uploads = uploads
         self.backend = backend
         self.store = store
         self.wire = wire
         self.metrics = metrics
         self.active: dict[str, ActiveRun] = {}
-        self.pools = Pools(
-            settings,
-            backend,
-            wire,
-            metrics,
-            sizes={
-                "ipykernel": settings.pool_python,
-                "bash": settings.pool_bash,
-                "deno": settings.pool_deno,
-                "irkernel": settings.pool_r,
-            },
-        )
-        self._slots = RunSlots.from_settings(settings)
+        self.pools = Pools(config.execution, backend, wire, metrics, sizes=config.pool_sizes())
+        self._slots = RunSlots(config.max_concurrent_runs, per_user=config.slots_per_user())
         self._draining = False
         self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
         store.on_cancel = self.cancel_here
@@ -130,13 +119,13 @@ class RunService:
 
     @property
     def _retry(self) -> float:
-        return max(1.0, self.settings.default_timeout / 4)
+        return max(1.0, self.config.default_timeout / 4)
 
     def _admit(self) -> None:
         """This gateway's own capacity (the per-user limit is the store's, fleet-wide)."""
         if self._draining:
             raise RateLimited("The gateway is shutting down.", retry_after=self._retry)
-        capacity = self.settings.max_concurrent_runs + self.settings.max_queued_runs
+        capacity = self.config.max_concurrent_runs + self.config.max_queued_runs
         if len(self.active) >= capacity:  # running + waiting for a slot
             raise RateLimited(
                 "Every run slot is busy and the queue is full; try again shortly.",
@@ -191,7 +180,7 @@ class RunService:
             active = ActiveRun(record=record, held=held)
             self.active[record.id] = active  # holds its place in this gateway's capacity
             try:
-                mine = await self.store.admit(record, self.settings.max_runs_per_user)
+                mine = await self.store.admit(record, self.config.max_runs_per_user)
             except BaseException:
                 del self.active[record.id]
                 raise
@@ -201,7 +190,7 @@ class RunService:
                 del self.active[record.id]
                 raise RateLimited(
                     f"You already have {mine} runs in progress; the limit is "
-                    f"{self.settings.max_runs_per_user}.",
+                    f"{self.config.max_runs_per_user}.",
                     retry_after=self._retry,
                 )
             active.task = asyncio.create_task(self._run(active, program))
@@ -241,7 +230,9 @@ class RunService:
                 record.notes.extend(program.notes)
                 await self.store.update(record)  # it holds a slot: so other replicas see it
                 files, notes = await archive_files(self.uploads, program)
-                execution = Execution(program, record, self.settings, active.cancel, active.events)
+                execution = Execution(
+                    program, record, self.config.execution, active.cancel, active.events
+                )
                 execution.result.notes.extend(notes)
                 active.execution = execution
                 try:  # the kernel is this block's: destroyed as it ends, off the answer's path
@@ -261,7 +252,7 @@ class RunService:
             _fail(record, "The gateway failed while running this; the error was logged.")
         finally:
             try:
-                bound_record(record, self.settings.max_record_bytes)
+                bound_record(record, self.config.max_record_bytes)
             except Exception:
                 log.exception("run %s: its record could not be bounded", record.id)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
@@ -278,10 +269,7 @@ class RunService:
 
     async def _keep(self, record: RunRecord) -> None:
         """Store a final record within its owner's quota (their oldest records make room)."""
-        quota = Quota(
-            count=self.settings.max_records_per_user,
-            bytes=self.settings.max_record_store_bytes_per_user,
-        )
+        quota = self.config.records_quota()
         for attempt in range(STORE_RETRIES + 1):
             try:
                 finished = await asyncio.shield(self.store.finish(record, quota))
@@ -357,7 +345,7 @@ class RunService:
         self._draining = True
         tasks = [a.task for a in self.active.values() if a.task is not None]
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self.settings.drain_timeout)
+            _, pending = await asyncio.wait(tasks, timeout=self.config.drain_timeout)
             for active in list(self.active.values()):
                 active.cancel.set()
             if pending:

@@ -3,9 +3,10 @@
 Two rules, so that one user's runs never keep another user's run waiting for long:
 
 - **a share per user**: a user holds at most `per_user` slots at once
-  (`max_running_per_user`; by default, with a tokens file, one fewer than the slots: one
-  is always left for somebody else, who then never waits for another user's runs to
-  end; single-user, every slot), however many runs they have queued;
+  (`RunServiceConfig.slots_per_user`: `max_running_per_user`; by default, with a tokens
+  file, one fewer than the slots: one is always left for somebody else, who then never
+  waits for another user's runs to end; single-user, every slot), however many runs they
+  have queued;
 - **fair order**: when a slot is free, it goes to the waiting run of the user who holds
   the fewest slots now, the earliest of theirs first; between users holding as many, the
   run that has waited longest.
@@ -23,8 +24,6 @@ import collections
 import dataclasses
 import itertools
 
-from gateway.settings import Settings
-
 
 @dataclasses.dataclass
 class _Waiter:
@@ -35,13 +34,6 @@ class _Waiter:
 
 class RunSlots:
     """`total` run slots, at most `per_user` of them held by one user."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RunSlots:
-        total = settings.max_concurrent_runs
-        # without a tokens file every run is the one user's: a share would only idle a slot
-        share = settings.max_running_per_user or (total - 1 if settings.tokens else total)
-        return cls(total, per_user=share)
 
     def __init__(self, total: int, per_user: int) -> None:
         self.total = total

@@ -1,0 +1,56 @@
+"""The settings the runs layer reads, and no other: the run service's (`RunServiceConfig`:
+capacity, queue, per-user limits, what is kept, the pools; with the execution layer's
+config, which it hands down). Each field is the setting of its name
+(`gateway.config.config_from`); what several of them decide together is a method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from gateway.budget import Quota
+from gateway.execution.config import ExecutionConfig
+from gateway.models.languages import Kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class RunServiceConfig:
+    # this gateway's capacity, and each user's share of it
+    max_concurrent_runs: int
+    max_queued_runs: int
+    max_runs_per_user: int
+    max_running_per_user: int
+    tokens: Path | None  # a tokens file: several users may share the slots
+    default_timeout: float  # a refusal's Retry-After is a quarter of it
+    drain_timeout: float
+    # what is kept of a run
+    max_record_bytes: int
+    max_records_per_user: int
+    max_record_store_bytes_per_user: int
+    # never-used kernels kept ready, by kind
+    pool_python: int
+    pool_bash: int
+    pool_deno: int
+    pool_r: int
+    execution: ExecutionConfig
+
+    def slots_per_user(self) -> int:
+        """The run slots one user may hold at once: `max_running_per_user`, else with a
+        tokens file one fewer than all (one is always left for somebody else), else all
+        (without a tokens file every run is the one user's: a share would only idle a
+        slot)."""
+        total = self.max_concurrent_runs
+        return self.max_running_per_user or (total - 1 if self.tokens else total)
+
+    def pool_sizes(self) -> dict[Kernel, int]:
+        return {
+            "ipykernel": self.pool_python,
+            "bash": self.pool_bash,
+            "deno": self.pool_deno,
+            "irkernel": self.pool_r,
+        }
+
+    def records_quota(self) -> Quota:
+        """What one user keeps of their finished runs' records."""
+        return Quota(count=self.max_records_per_user, bytes=self.max_record_store_bytes_per_user)
