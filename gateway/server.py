@@ -22,6 +22,7 @@ from gateway.budget import ByteBudget
 from gateway.config import config_from
 from gateway.execution.kernel import Wire
 from gateway.handlers.base import Services
+from gateway.handlers.config import FrontDoorConfig
 from gateway.http_server import GatewayHTTPServer
 from gateway.instance import instance_id, private_paths
 from gateway.metrics import Metrics
@@ -131,7 +132,9 @@ class Gateway:
         runs = RunService(runs_config, backend, self.store, self.wire, metrics, uploads)
         if self._heartbeat is not None:
             self._heartbeat.attach(runs)
-        self.services = Services(settings, runs, self.tokens, backend, metrics, uploads)
+        self.services = Services(
+            config_from(FrontDoorConfig, values), runs, self.tokens, backend, metrics, uploads
+        )
         runs.start()
         self._server = GatewayHTTPServer(
             make_app(self.services),

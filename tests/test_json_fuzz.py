@@ -26,12 +26,12 @@ from gateway.jsoncodec import JsonLimits, parse_json
 from gateway.models.notebook import NotebookBody
 from gateway.models.run import RunBody
 from gateway.models.tools import CodeExecBody, CodeRunArguments, RunPythonInput, RunPythonParams
+from gateway.runs.config import RequestPolicy
 from gateway.runs.requests import parse_notebook_request, parse_run_request
-from gateway.settings import Settings
 from gateway.tools.code_exec import parse_code_exec
 from gateway.tools.code_run import parse_code_run
 from gateway.tools.run_python import parse_run_python
-from tests.support import Client, GatewayThread
+from tests.support import Client, GatewayThread, part_config
 from tests.ws_client import open_stream, receive
 
 pytestmark = pytest.mark.attack
@@ -148,8 +148,10 @@ def workspaces() -> Iterator[Path]:
 
 
 def parsers(root: Path) -> list[Callable[[Any], Any]]:
-    plain = Settings(max_code_bytes=4096)
-    open_ = Settings(max_code_bytes=4096, allow_uploads=True, allow_network=True, workspaces=root)
+    plain = part_config(RequestPolicy, max_code_bytes=4096)
+    open_ = part_config(
+        RequestPolicy, max_code_bytes=4096, allow_uploads=True, allow_network=True, workspaces=root
+    )
     result: list[Callable[[Any], Any]] = []
     for s in (plain, open_):
         for caller in (Principal("u", "user"), Principal("u", "admin")):

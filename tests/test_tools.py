@@ -14,13 +14,13 @@ import pytest
 
 from gateway.auth import Principal
 from gateway.models.record import RunRecord
-from gateway.settings import Settings
+from gateway.runs.config import RequestPolicy
 from gateway.tools import cut_bytes, prefix_stderr, program_chunks, traceback_text
 from gateway.tools.code_exec import exec_timeout, parse_code_exec
 from gateway.tools.code_run import cut_output
 from tests.api import assert_error, poll_run
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, write_tokens
+from tests.support import Client, GatewayThread, part_config, write_tokens
 
 KiB = 1024
 
@@ -704,12 +704,10 @@ CALLER = Principal("u", "user")
 
 
 def test_code_exec_detached_default_and_operator_ceiling() -> None:
-    settings = Settings()
-    assert (
-        parse_code_exec({"code": "1", "background": True}, settings, CALLER).request.timeout == 300
-    )
-    assert parse_code_exec({"code": "1"}, settings, CALLER).request.timeout == 30
-    lower = Settings(max_timeout=60)
+    policy = part_config(RequestPolicy)
+    assert parse_code_exec({"code": "1", "background": True}, policy, CALLER).request.timeout == 300
+    assert parse_code_exec({"code": "1"}, policy, CALLER).request.timeout == 30
+    lower = part_config(RequestPolicy, max_timeout=60)
     assert parse_code_exec({"code": "1", "timeout": 10_000}, lower, CALLER).request.timeout == 60
 
 

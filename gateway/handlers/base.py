@@ -30,6 +30,7 @@ from gateway.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
+from gateway.handlers.config import FrontDoorConfig
 from gateway.handlers.encode import (
     GZIP_MIN_BYTES,
     Encoded,
@@ -45,10 +46,9 @@ from gateway.jsoncodec import Document, JsonLimits, JsonShape, parse_json, scan
 from gateway.metrics import Metrics
 from gateway.models.base import sent
 from gateway.offload import OWNER, SMALL, offload
-from gateway.runs.requests import json_limits
+from gateway.runs.config import RequestPolicy
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxBackend
-from gateway.settings import Settings
 from gateway.uploads.service import UploadService
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ _HTTP_CODES = {
 class Services:
     """Everything handlers may use, passed through `initialize(services=...)`."""
 
-    settings: Settings
+    config: FrontDoorConfig
     runs: RunService
     tokens: TokenTable
     backend: SandboxBackend
@@ -94,16 +94,16 @@ class Services:
     answer_sizes: RecentSizes = dataclasses.field(default_factory=RecentSizes)
 
     def __post_init__(self) -> None:
-        settings = self.settings
+        config = self.config
         self.bodies = ByteBudget(
             "request bodies",
-            settings.max_body_bytes_in_flight,
-            settings.max_body_bytes_in_flight_per_user,
+            config.max_body_bytes_in_flight,
+            config.max_body_bytes_in_flight_per_user,
         )
         self.answers = ByteBudget(
             "answers",
-            settings.max_answer_bytes_in_flight,
-            settings.max_answer_bytes_in_flight_per_user,
+            config.max_answer_bytes_in_flight,
+            config.max_answer_bytes_in_flight_per_user,
         )
 
 
@@ -117,7 +117,8 @@ class GatewayHandler(tornado.web.RequestHandler):
 
     def initialize(self, services: Services) -> None:
         self.services = services
-        self.settings_ = services.settings
+        self.config = services.config
+        self.policy: RequestPolicy = services.config.policy  # what parsed bodies are put under
         self.principal: Principal | None = None
         self._gone = False  # the client went away
         self._heavy_task: asyncio.Future[Any] | None = None  # heavy work under way for it
@@ -129,7 +130,7 @@ class GatewayHandler(tornado.web.RequestHandler):
         refuse_foreign(
             self.request,
             single_user=not self.services.tokens.enabled,
-            allowed_origins=self.settings_.allowed_origins,
+            allowed_origins=self.config.allowed_origins,
             navigation_ok=self.navigation_ok and self.request.method in ("GET", "HEAD"),
         )
 
@@ -262,7 +263,7 @@ class BaseHandler(GatewayHandler):
     heavy work still queued for it is given up (`heavy`)."""
 
     public = False  # True: no token needed
-    body_limit: int | None = None  # None: settings.max_body_bytes
+    body_limit: int | None = None  # None: max_body_bytes
     notebook_body = False  # True: the body is a notebook replay's (its JSON limits)
 
     def initialize(self, services: Services) -> None:
@@ -280,7 +281,7 @@ class BaseHandler(GatewayHandler):
 
     @property
     def limit(self) -> int:
-        return self.body_limit or self.settings_.max_body_bytes
+        return self.body_limit or self.config.max_body_bytes
 
     def prepare(self) -> None:
         self.refuse_foreign()
@@ -345,7 +346,7 @@ class BaseHandler(GatewayHandler):
         return self._body
 
     def json_limits(self) -> JsonLimits:
-        return json_limits(self.settings_, notebook=self.notebook_body)
+        return self.policy.json_limits(notebook=self.notebook_body)
 
     async def json_body(self) -> Any:
         """The body as JSON, within the endpoint's `json_limits` (413 past them), its room
@@ -498,7 +499,7 @@ class BaseHandler(GatewayHandler):
         at once if the client went away meanwhile."""
         answers = self.services.answers
         try:
-            hold = await answers.take(size, self.budget_key, self.settings_.write_timeout)
+            hold = await answers.take(size, self.budget_key, self.config.write_timeout)
         except TimeoutError as exc:
             raise Overloaded(
                 f"The gateway is sending as many large answers as it may hold "
@@ -557,7 +558,7 @@ class BaseHandler(GatewayHandler):
             taken.add_done_callback(lambda _: hold.release())
         if not taken.done():
             loop = IOLoop.current()
-            timer = loop.call_later(self.settings_.write_timeout, self._drop_unread, taken)
+            timer = loop.call_later(self.config.write_timeout, self._drop_unread, taken)
             taken.add_done_callback(lambda _: loop.remove_timeout(timer))
         return written
 
@@ -569,7 +570,7 @@ class BaseHandler(GatewayHandler):
             self.request.remote_ip,
             self.request.method,
             self.request.path,
-            self.settings_.write_timeout,
+            self.config.write_timeout,
         )
         connection = self.request.connection
         if isinstance(connection, HTTP1Connection):

@@ -23,7 +23,7 @@ class NotebookRunHandler(BaseHandler):
             shape = await self.heavy(len(text) <= SMALL, scan, text, limits, "`notebook`")
             self.take_room(shape.parsed_bytes())
         # nbformat's validator is CPU work that grows with the notebook: not on the loop
-        request = await self.heavy(False, parse_notebook_request, data, self.settings_, self.user)
+        request = await self.heavy(False, parse_notebook_request, data, self.policy, self.user)
         del data, text
         self.keep_room()
         record = await self.services.runs.run_notebook(request, self.hand_over_body())

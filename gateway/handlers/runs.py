@@ -17,9 +17,7 @@ NOTEBOOK_TYPE = "application/x-ipynb+json"
 class RunsHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
-        request = await self.heavy(
-            self.small_body, parse_run_request, data, self.settings_, self.user
-        )
+        request = await self.heavy(self.small_body, parse_run_request, data, self.policy, self.user)
         runs = self.services.runs
         if request.background:
             active = await runs.submit(request, self.hand_over_body())

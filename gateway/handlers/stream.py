@@ -11,7 +11,7 @@ for a message that could not be acted on. Closing the connection cancels its run
 
 Auth happens on the handshake: `?token=` (browsers cannot set headers on a WebSocket) or
 an `Authorization: Bearer` header. A browser's `Origin` must be this gateway's own or one
-of `settings.allowed_origins` (`gateway.handlers.origin`). Every refusal is the API's JSON
+of the `allowed_origins` setting (`gateway.handlers.origin`). Every refusal is the API's JSON
 error shape.
 """
 
@@ -67,9 +67,9 @@ from gateway.models.stream import (
 )
 from gateway.offload import OWNER, SMALL, offload
 from gateway.runs.bounds import bound_json
-from gateway.runs.requests import json_limits, notebook_request, run_request
+from gateway.runs.config import RequestPolicy
+from gateway.runs.requests import notebook_request, run_request
 from gateway.runs.service import ActiveRun
-from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -122,14 +122,14 @@ def _cell_event(
     return CellFinishedEvent(type="cell_finished", ref=run.ref, id=run.id, **fields)
 
 
-def _run_message(data: dict[str, Any], settings: Settings, caller: Principal) -> RunRequest:
-    return run_request(RunMessage.parse(data), settings, caller)
+def _run_message(data: dict[str, Any], policy: RequestPolicy, caller: Principal) -> RunRequest:
+    return run_request(RunMessage.parse(data), policy, caller)
 
 
 def _notebook_message(
-    data: dict[str, Any], settings: Settings, caller: Principal
+    data: dict[str, Any], policy: RequestPolicy, caller: Principal
 ) -> NotebookRequest:
-    return notebook_request(NotebookMessage.parse(data), settings, caller)
+    return notebook_request(NotebookMessage.parse(data), policy, caller)
 
 
 EVENT_MARGIN = 1024  # room for the event around its record (and notebook)
@@ -195,7 +195,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
 
     @property
     def max_message_size(self) -> int:
-        return self.settings_.max_body_bytes
+        return self.config.max_body_bytes
 
     @property
     def ping_interval(self) -> float:
@@ -220,10 +220,10 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
                 if isinstance(stream, StreamHandler) and stream.user.user == self.principal.user
             ]
         )
-        if mine >= self.settings_.max_streams_per_user:
+        if mine >= self.config.max_streams_per_user:
             raise RateLimited(
                 f"You already have {mine} WebSocket connections open; the limit is "
-                f"{self.settings_.max_streams_per_user}.",
+                f"{self.config.max_streams_per_user}.",
                 retry_after=5,
             )
 
@@ -256,7 +256,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
     def check_origin(self, origin: str) -> bool:
         """`prepare` already refused foreign origins (`gateway.handlers.origin`)."""
         return origin_allowed(
-            origin, self.request.headers.get("Host", ""), self.settings_.allowed_origins
+            origin, self.request.headers.get("Host", ""), self.config.allowed_origins
         )
 
     # --- connection -------------------------------------------------------------------
@@ -325,9 +325,9 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
             given_id = data.get("id")
             run_id = given_id if isinstance(given_id, str) and _valid_ref(given_id) else None
             kind = data.get("type")
-            if kind != "notebook" and shape.values > self.settings_.max_json_values:
+            if kind != "notebook" and shape.values > self.policy.max_json_values:
                 raise PayloadTooLarge(
-                    f"The message holds more than {self.settings_.max_json_values} JSON "
+                    f"The message holds more than {self.policy.max_json_values} JSON "
                     "values; only a notebook replay's may hold more."
                 )
             if kind == "run":
@@ -356,7 +356,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         """A message decoded within its limits (a notebook's when it may be one), its room
         in the bodies budget grown by what the parse makes before it is parsed."""
         notebook = _NOTEBOOK_TYPE.search(message) is not None
-        limits = json_limits(self.settings_, notebook=notebook)
+        limits = self.policy.json_limits(notebook=notebook)
         what = "The message"
         shape = await self.heavy(len(message) <= SMALL, scan, message, limits, what)
         self._take_room(shape.parsed_bytes())
@@ -386,7 +386,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
 
     async def _start_run(self, data: dict[str, Any], shape: JsonShape) -> None:
         ref = self._new_ref(data)
-        request = await self.heavy(shape.small, _run_message, data, self.settings_, self.user)
+        request = await self.heavy(shape.small, _run_message, data, self.policy, self.user)
         held = self._hand_over(shape)
         await self._begin(_Run(ref=ref), self.services.runs.submit(request, held))
 
@@ -396,10 +396,10 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         ref = self._new_ref(data)
         text = notebook_text(data)
         if text is not None:  # sent as its JSON text: room for what parsing that makes too
-            limits = json_limits(self.settings_, notebook=True)
+            limits = self.policy.json_limits(notebook=True)
             inner = await self.heavy(len(text) <= SMALL, scan, text, limits, "`notebook`")
             self._take_room(inner.parsed_bytes())
-        request = await self.heavy(False, _notebook_message, data, self.settings_, self.user)
+        request = await self.heavy(False, _notebook_message, data, self.policy, self.user)
         run = _Run(ref=ref, notebook=True)
         held = self._hand_over(shape)
         await self._begin(run, self.services.runs.submit_notebook(request, held))
@@ -437,7 +437,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         record = active.record
         with contextlib.suppress(asyncio.CancelledError):
             record = await asyncio.shield(active.task)
-        event = await offload(_done_event, run, record, self.settings_.max_event_bytes)
+        event = await offload(_done_event, run, record, self.config.max_event_bytes)
         self._runs.pop(run.id, None)
         if run.ref is not None:
             self._refs.pop(run.ref, None)
@@ -496,7 +496,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         """Queue a live event, or count it dropped (too large, or too much unread)."""
         self._flush_drop_notice(run)
         data = _encode(event)
-        if len(data) > self.settings_.max_event_bytes or not self.outbox.offer(data):
+        if len(data) > self.config.max_event_bytes or not self.outbox.offer(data):
             run.dropped += 1
 
     def _flush_drop_notice(self, run: _Run) -> None:

@@ -13,7 +13,7 @@ from gateway.tools.run_python import parse_run_python, run_python_answer
 class CodeRunToolHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
-        call = await self.heavy(self.small_body, parse_code_run, data, self.settings_, self.user)
+        call = await self.heavy(self.small_body, parse_code_run, data, self.policy, self.user)
         record = await self.services.runs.run(call.request, self.hand_over_body())
         await self.send_json(code_run_answer(call, record))
 
@@ -25,7 +25,7 @@ class RunPythonToolHandler(BaseHandler):
             self.small_body,
             parse_run_python,
             data,
-            self.settings_,
+            self.policy,
             self.user,
             archives=self.services.uploads is not None,
         )
@@ -37,7 +37,7 @@ class RunPythonToolHandler(BaseHandler):
 class CodeExecToolHandler(BaseHandler):
     async def post(self) -> None:
         data = await self.json_body()
-        call = await self.heavy(self.small_body, parse_code_exec, data, self.settings_, self.user)
+        call = await self.heavy(self.small_body, parse_code_exec, data, self.policy, self.user)
         runs = self.services.runs
         if call.request.background:
             active = await runs.submit(call.request, self.hand_over_body())

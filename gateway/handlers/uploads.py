@@ -22,10 +22,10 @@ MULTIPART_SLACK = 64 * 1024  # room for the multipart boundaries and part header
 class UploadsHandler(BaseHandler):
     @property
     def limit(self) -> int:
-        return self.settings_.max_upload_bytes + MULTIPART_SLACK
+        return self.config.max_upload_bytes + MULTIPART_SLACK
 
     def prepare(self) -> None:
-        if not self.settings_.allow_uploads:
+        if not self.policy.allow_uploads:
             self.refuse_foreign()
             self.principal = self.authenticate()
             raise Forbidden(
@@ -48,7 +48,7 @@ class UploadsHandler(BaseHandler):
     def _too_large(self) -> GatewayError:
         return archive_error(
             "archive_too_large",
-            f"The upload is larger than {self.settings_.max_upload_bytes} bytes.",
+            f"The upload is larger than {self.config.max_upload_bytes} bytes.",
         )
 
     async def post(self) -> None:
@@ -56,7 +56,7 @@ class UploadsHandler(BaseHandler):
         if not isinstance(store, UploadService):
             raise Forbidden("Archive uploads are disabled.", code="archive_mode_disabled")
         data = self._archive_bytes()
-        if len(data) > self.settings_.max_upload_bytes:
+        if len(data) > self.config.max_upload_bytes:
             raise self._too_large()
         if not data:
             raise archive_error("archive_invalid", "The upload is empty; send a .zip or .tar.gz.")

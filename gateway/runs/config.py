@@ -1,7 +1,9 @@
 """The settings the runs layer reads, and no other: the run service's (`RunServiceConfig`:
 capacity, queue, per-user limits, what is kept, the pools; with the execution layer's
-config, which it hands down). Each field is the setting of its name
-(`gateway.config.config_from`); what several of them decide together is a method.
+config, which it hands down) and the operator's policy applied to a parsed body
+(`RequestPolicy`: `gateway.runs.requests`, the tool adapters, and the handlers' JSON
+limits). Each field is the setting of its name (`gateway.config.config_from`); what
+several of them decide together is a method.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from gateway.budget import Quota
 from gateway.execution.config import ExecutionConfig
+from gateway.jsoncodec import JsonLimits
 from gateway.models.languages import Kernel
 
 
@@ -54,3 +57,35 @@ class RunServiceConfig:
     def records_quota(self) -> Quota:
         """What one user keeps of their finished runs' records."""
         return Quota(count=self.max_records_per_user, bytes=self.max_record_store_bytes_per_user)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestPolicy:
+    # sizes of what a request carries
+    max_code_bytes: int
+    max_files: int
+    max_file_bytes: int
+    max_files_bytes: int
+    max_return_files: int
+    # JSON a body or message may hold
+    max_json_depth: int
+    max_json_values: int
+    max_notebook_values: int
+    max_notebook_cells: int
+    # timeouts
+    default_timeout: float
+    max_timeout: float
+    # what the operator enabled
+    allow_uploads: bool
+    allow_network: bool
+    workspaces: Path | None
+    admin_dirs: tuple[str, ...]
+
+    def json_limits(self, *, notebook: bool) -> JsonLimits:
+        """What one JSON body or WebSocket message may hold: a notebook replay's, or any
+        other's (a run's, a tool call's)."""
+        if notebook:
+            return JsonLimits(
+                self.max_json_depth, self.max_notebook_values, self.max_notebook_cells
+            )
+        return JsonLimits(self.max_json_depth, self.max_json_values)

@@ -30,8 +30,8 @@ from gateway.models.tools import (
     CodeExecTimeout,
     clamped_timeout,
 )
+from gateway.runs.config import RequestPolicy
 from gateway.runs.requests import run_request
-from gateway.settings import Settings
 from gateway.tools import (
     kill_sentence,
     prefix_stderr,
@@ -45,7 +45,7 @@ class CodeExecCall:
     request: RunRequest
 
 
-def parse_code_exec(data: Any, settings: Settings, caller: Principal) -> CodeExecCall:
+def parse_code_exec(data: Any, policy: RequestPolicy, caller: Principal) -> CodeExecCall:
     """Validate a code_exec body (the timeout is clamped, never a 400)."""
     body = CodeExecBody.parse(data)
     background = bool(body.background)
@@ -56,7 +56,7 @@ def parse_code_exec(data: Any, settings: Settings, caller: Principal) -> CodeExe
         "working_dir": body.working_dir,
         "background": background,
     }
-    return CodeExecCall(request=run_request(RunBody.parse(run), settings, caller))
+    return CodeExecCall(request=run_request(RunBody.parse(run), policy, caller))
 
 
 def exec_timeout(value: Any, background: bool) -> float:

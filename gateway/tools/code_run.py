@@ -32,8 +32,8 @@ from gateway.models.tools import (
     CodeRunResult,
     in_code_run_workdir,
 )
+from gateway.runs.config import RequestPolicy
 from gateway.runs.requests import run_request
-from gateway.settings import Settings
 from gateway.tools import (
     kill_sentence,
     process_exit_code,
@@ -67,7 +67,7 @@ class CodeRunCall:
     return_files: tuple[ReturnFile, ...] = ()
 
 
-def parse_code_run(body: Any, settings: Settings, caller: Principal) -> CodeRunCall:
+def parse_code_run(body: Any, policy: RequestPolicy, caller: Principal) -> CodeRunCall:
     """Validate a code_run body; every violation is a 400 naming `arguments.<field>`."""
     arguments = CodeRunBody.parse(body).arguments
     return_files = tuple(_return_file(asked) for asked in arguments.return_files or ())
@@ -79,7 +79,7 @@ def parse_code_run(body: Any, settings: Settings, caller: Principal) -> CodeRunC
         "return_files": list(dict.fromkeys(r.pattern for r in return_files)) or None,
     }
     with renamed_fields(_RENAMES):
-        request = run_request(RunBody.parse(run_body), settings, caller)
+        request = run_request(RunBody.parse(run_body), policy, caller)
     return CodeRunCall(request=request, return_files=return_files)
 
 

@@ -26,8 +26,8 @@ from gateway.models.tools import (
     RunPythonAnswer,
     RunPythonBody,
 )
+from gateway.runs.config import RequestPolicy
 from gateway.runs.requests import parse_run_request
-from gateway.settings import Settings
 from gateway.tools import cut_bytes, error_text, kill_sentence, renamed_fields
 
 _RENAMES = {
@@ -47,7 +47,7 @@ class RunPythonCall:
 
 def parse_run_python(
     body: Any,
-    settings: Settings,
+    policy: RequestPolicy,
     caller: Principal,
     *,
     archives: bool = False,
@@ -55,7 +55,7 @@ def parse_run_python(
     """Validate a run_python body. `archives`: an upload store exists to unpack
     `archive_file_id` from (it also needs the operator's `allow_uploads`)."""
     params = (parsed := RunPythonBody.parse(body)).params
-    if params.archive_file_id is not None and not (settings.allow_uploads and archives):
+    if params.archive_file_id is not None and not (policy.allow_uploads and archives):
         raise Forbidden(
             "Archive mode is disabled on this gateway: `archive_file_id` cannot be used.",
             field="params.archive_file_id",
@@ -77,7 +77,7 @@ def parse_run_python(
         "timeout": params.timeout_seconds,
     }
     with renamed_fields(_RENAMES):
-        request = parse_run_request(run_body, settings, caller)
+        request = parse_run_request(run_body, policy, caller)
     request = dataclasses.replace(request, network=False, memory_bytes=RUN_PYTHON_MEMORY_BYTES)
     return RunPythonCall(request=request)
 
