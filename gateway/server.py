@@ -33,8 +33,10 @@ from gateway.sandbox.base import BackendContext, SandboxBackend
 from gateway.sandbox.factory import make_backend
 from gateway.settings import Settings
 from gateway.store.base import RecordStore
+from gateway.store.config import StoreConfig
 from gateway.store.factory import make_store
 from gateway.store.instance import FileLock, machine_lock
+from gateway.uploads.config import UploadsConfig
 from gateway.uploads.service import UploadService
 
 log = logging.getLogger("gateway")
@@ -79,6 +81,7 @@ class Gateway:
     async def _start(self) -> None:
         settings = self.settings
         values = settings.model_dump()  # each part's config takes its settings by name
+        store_config = config_from(StoreConfig, values)
         runs_config = config_from(RunServiceConfig, values)
         sockets = tornado.netutil.bind_sockets(
             settings.port, settings.host, family=socket.AF_UNSPEC
@@ -90,7 +93,7 @@ class Gateway:
         # never be a live process's.
         ident = instance_id(settings.instance_id, settings.data_dir)
         self._instance = machine_lock(ident, settings.data_dir)
-        self.store = make_store(settings, ident)
+        self.store = make_store(store_config, ident)
         await self.store.open()  # SQLite: its file's lock
         link = self.store.lease_link()
         if link is not None:  # a shared store: the heartbeat's connection holds the id
@@ -128,7 +131,9 @@ class Gateway:
             budget=ByteBudget("kernel messages", settings.kernel_bytes_in_flight),
         )
         metrics = Metrics()
-        uploads = UploadService(settings, self.store.upload_shelf(settings))
+        uploads = UploadService(
+            config_from(UploadsConfig, values), self.store.upload_shelf(store_config)
+        )
         runs = RunService(runs_config, backend, self.store, self.wire, metrics, uploads)
         if self._heartbeat is not None:
             self._heartbeat.attach(runs)

@@ -36,6 +36,7 @@ from gateway.models.request import NotebookRequest, RunRequest, StagedFile
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.service import RunService
 from gateway.sandbox.base import SandboxSpec
+from gateway.store.config import StoreConfig
 from gateway.store.factory import make_store
 from tests.api import code_notebook
 from tests.fake_backend import START_CPU_MS, FakeBackend, FakeSandbox
@@ -466,7 +467,7 @@ def test_a_cell_over_cell_timeout_stops_the_notebook(tmp_path: Path) -> None:
 @contextlib.asynccontextmanager
 async def service(tmp_path: Path, backend: FakeBackend) -> AsyncIterator[RunService]:
     settings = make_settings(tmp_path)
-    store = make_store(settings, "fast")
+    store = make_store(part_config(StoreConfig, settings), "fast")
     await store.open()
     wire = Wire(max_message_bytes=8 * MiB, budget=ByteBudget("kernel messages", 64 * MiB))
     runs = RunService(part_config(RunServiceConfig, settings), backend, store, wire, Metrics())

@@ -20,13 +20,14 @@ from gateway.budget import Quota
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
 from gateway.store.base import RecordStore
+from gateway.store.config import StoreConfig
 from gateway.store.instance import InstanceTaken, instance_lock_key
 from gateway.store.migrate import migrations
 from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import SQLiteStore
 from gateway.store_url import parse_store_url
 from tests.postgres import Server
-from tests.support import free_port
+from tests.support import free_port, part_config
 
 Make = Callable[..., RecordStore]
 
@@ -356,9 +357,7 @@ def shelves(request: pytest.FixtureRequest) -> Iterator[Callable[[float], Any]]:
             store = PostgresStore(dsn, "a")
             await store.open()
             try:
-                yield store.upload_shelf(
-                    settings_module.load(environ={}, overrides={"upload_ttl": ttl})
-                )
+                yield store.upload_shelf(part_config(StoreConfig, upload_ttl=ttl))
             finally:
                 await store.close()
 
@@ -403,10 +402,10 @@ def test_the_upload_quota_holds_across_replicas_uploading_at_once(dsn: str) -> N
     """Two replicas, 20 uploads of one user at once, at most 3 kept: 3 remain (without the
     per-user lock, concurrent keeps each see room: checked by removing it: 5 remained)."""
 
-    settings = settings_module.load(environ={})
+    config = part_config(StoreConfig)
 
     async def main(a: PostgresStore, b: PostgresStore) -> None:
-        shelves = [a.upload_shelf(settings), b.upload_shelf(settings)]
+        shelves = [a.upload_shelf(config), b.upload_shelf(config)]
         quota = Quota(count=3, bytes=10**6)
         await asyncio.gather(
             *(shelves[i % 2].keep("ann", b"x" * 10, 1, 10, quota) for i in range(20))

@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 
-from gateway import settings as settings_module
 from gateway.budget import Quota
 from gateway.errors import RateLimited
+from gateway.store.config import StoreConfig
+from gateway.uploads.config import UploadsConfig
 from gateway.uploads.service import UploadService
 from gateway.uploads.shelf import ShelvedUpload, UploadShelf, new_upload_id
+from tests.support import part_config
 
 pytestmark = pytest.mark.attack
 
@@ -70,7 +72,7 @@ def archive() -> bytes:
 
 
 def store(shelf: UploadShelf, **settings: Any) -> UploadService:
-    return UploadService(settings_module.load(environ={}, overrides=settings), shelf)
+    return UploadService(part_config(UploadsConfig, **settings), shelf)
 
 
 def start(coroutine: Awaitable[ShelvedUpload]) -> asyncio.Future[ShelvedUpload]:
@@ -132,5 +134,5 @@ def test_the_postgresql_shelf_allows_half_the_pool() -> None:
     from gateway.store.postgres import PostgresStore
 
     store = PostgresStore("postgresql://gateway@127.0.0.1:1/none", "a", pool_size=10)
-    shelf = store.upload_shelf(settings_module.load(environ={}))
+    shelf = store.upload_shelf(part_config(StoreConfig))
     assert shelf.max_parallel == 5

@@ -28,7 +28,7 @@ async def archive_files(
     slot) that `files` does not replace, then `files`; and notes for the record."""
     if program.archive is None:
         return program.files, ()
-    if uploads is None or not uploads.settings.allow_uploads:
+    if uploads is None or not uploads.config.allow_uploads:
         raise Forbidden(
             "Archives are disabled on this gateway.", field="archive", code="archive_mode_disabled"
         )
@@ -56,7 +56,7 @@ async def check_archive(uploads: UploadService | None, upload_id: str | None, us
     """Before a run is admitted: its archive exists and is the caller's (nothing unpacked)."""
     if upload_id is None:
         return
-    if uploads is None or not uploads.settings.allow_uploads:
+    if uploads is None or not uploads.config.allow_uploads:
         raise Forbidden(
             "Archives are disabled on this gateway.", field="archive", code="archive_mode_disabled"
         )

@@ -44,7 +44,7 @@ from typing import Any
 
 from gateway.budget import Quota
 from gateway.models.record import RunRecord
-from gateway.settings import Settings
+from gateway.store.config import StoreConfig
 from gateway.uploads.shelf import UploadShelf
 
 UNFINISHED = ("queued", "running")
@@ -188,7 +188,7 @@ class RecordStore(abc.ABC):
         return {"kind": self.kind}
 
     @abc.abstractmethod
-    def upload_shelf(self, settings: Settings) -> UploadShelf:
+    def upload_shelf(self, config: StoreConfig) -> UploadShelf:
         """Where uploaded archives are kept: beside this store, so that every gateway that
         shares the store sees them (DESIGN.md decision 9)."""
 

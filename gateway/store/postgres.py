@@ -41,8 +41,8 @@ from psycopg import conninfo
 from gateway.budget import Quota
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
-from gateway.settings import Settings
 from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, Renewal, RunQuery
+from gateway.store.config import StoreConfig
 from gateway.store.migrate import migrate
 from gateway.store.records import dump, encode, load, summary, summary_of_stored
 from gateway.uploads.shelf import UploadShelf
@@ -142,10 +142,10 @@ class PostgresStore(RecordStore):
         await self._close_pinger()
         await self.pool.close()
 
-    def upload_shelf(self, settings: Settings) -> UploadShelf:
+    def upload_shelf(self, config: StoreConfig) -> UploadShelf:
         from gateway.store.postgres_uploads import PostgresShelf
 
-        return PostgresShelf(self, settings.upload_ttl)
+        return PostgresShelf(self, config.upload_ttl)
 
     async def ping(self) -> None:
         """On a connection of its own (made again when lost), never one of the pool: a pool

@@ -28,8 +28,8 @@ from typing import Any
 
 from gateway.budget import Quota
 from gateway.models.record import RunRecord
-from gateway.settings import Settings
 from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, RunQuery
+from gateway.store.config import StoreConfig
 from gateway.store.instance import FileLock
 from gateway.store.records import decode, dump, encode, load, summary, summary_of_stored
 from gateway.uploads.disk import DiskShelf
@@ -116,8 +116,8 @@ class SQLiteStore(RecordStore):
             raise RuntimeError("the record store is not open")
         return self._db
 
-    def upload_shelf(self, settings: Settings) -> UploadShelf:
-        return DiskShelf(settings.data_dir / "uploads", settings.upload_ttl)
+    def upload_shelf(self, config: StoreConfig) -> UploadShelf:
+        return DiskShelf(config.data_dir / "uploads", config.upload_ttl)
 
     async def ping(self) -> None:
         await self._call(self._ping)

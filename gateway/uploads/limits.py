@@ -17,7 +17,6 @@ from typing import Literal
 from gateway.errors import GatewayError, InvalidPath, InvalidRequest, PayloadTooLarge
 from gateway.models.request import StagedFile
 from gateway.models.run import checked_path
-from gateway.settings import Settings
 
 Format = Literal["zip", "tar.gz"]
 
@@ -58,16 +57,6 @@ class ArchiveLimits:
     entries: int
     file_bytes: int
     ratio: float
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ArchiveLimits:
-        return cls(
-            upload_bytes=settings.max_upload_bytes,
-            unpacked_bytes=settings.max_unpacked_bytes,
-            entries=settings.max_archive_entries,
-            file_bytes=settings.max_archive_file_bytes,
-            ratio=settings.max_archive_ratio,
-        )
 
 
 @dataclasses.dataclass(frozen=True)

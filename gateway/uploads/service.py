@@ -23,10 +23,10 @@ import contextlib
 import io
 from collections.abc import AsyncIterator
 
-from gateway.budget import ByteBudget, Quota
+from gateway.budget import ByteBudget
 from gateway.errors import NotFound, RateLimited
-from gateway.settings import Settings
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
+from gateway.uploads.config import UploadsConfig
 from gateway.uploads.shelf import UPLOAD_ID, ShelvedUpload, UploadShelf, new_upload_id
 
 __all__ = ["UPLOAD_ID", "ShelvedUpload", "UploadService", "new_upload_id"]
@@ -35,21 +35,19 @@ __all__ = ["UPLOAD_ID", "ShelvedUpload", "UploadService", "new_upload_id"]
 class UploadService:
     """Uploaded archives. Handlers call `create`; runs call `unpack`."""
 
-    def __init__(self, settings: Settings, shelf: UploadShelf) -> None:
-        self.settings = settings
+    def __init__(self, config: UploadsConfig, shelf: UploadShelf) -> None:
+        self.config = config
         self.shelf = shelf
-        self.quota = Quota(
-            count=settings.max_uploads_per_user, bytes=settings.max_upload_store_bytes_per_user
-        )
-        at_once = settings.max_concurrent_uploads
+        self.quota = config.quota()
+        at_once = config.max_concurrent_uploads
         if shelf.max_parallel is not None:
             at_once = min(at_once, shelf.max_parallel)
         # turns, not bytes: one unit per upload being checked and kept
-        self.turns = ByteBudget("uploads", at_once, settings.max_concurrent_uploads_per_user)
+        self.turns = ByteBudget("uploads", at_once, config.max_concurrent_uploads_per_user)
 
     @property
     def limits(self) -> ArchiveLimits:
-        return ArchiveLimits.from_settings(self.settings)
+        return self.config.archive_limits()
 
     async def create(self, data: bytes, user: str) -> ShelvedUpload:
         """Check the archive and keep it for `user`, in turn; raises the archive_* errors,
@@ -62,12 +60,12 @@ class UploadService:
 
     @contextlib.asynccontextmanager
     async def _turn(self, user: str) -> AsyncIterator[None]:
-        wait = self.settings.upload_wait_timeout
+        wait = self.config.upload_wait_timeout
         try:
             hold = await self.turns.take(1, user, timeout=wait)
         except TimeoutError:
             mine = self.turns.held_by(user)
-            if mine >= self.settings.max_concurrent_uploads_per_user:
+            if mine >= self.config.max_concurrent_uploads_per_user:
                 why = f"You already have {mine} uploads being checked and stored"
             else:
                 why = "This gateway is busy storing other uploads"
