@@ -15,10 +15,9 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
 
-from gateway import settings as settings_module
 from gateway.commands import mcp
 from gateway.commands import run as run_command
-from gateway.configure import configure_logging, load_settings
+from gateway.configure import add_settings_flags, configure_logging, load_settings
 from gateway.extras import missing
 from gateway.version import __version__
 
@@ -28,13 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="start the gateway")
-    settings_module.add_arguments(serve)
+    add_settings_flags(serve)
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     run_command.add_parser(commands)
     mcp_parser = commands.add_parser(
         "mcp", help="serve the run_code tool over MCP", conflict_handler="resolve"
     )
-    settings_module.add_arguments(mcp_parser)  # for the gateway it starts without --url
+    add_settings_flags(mcp_parser)  # for the gateway it starts without --url
     mcp.add_arguments(mcp_parser)
     return parser
 

@@ -2,9 +2,13 @@
 field named as its setting, so that `config_from` fills it from the settings (as a mapping:
 `Settings.model_dump()`).
 
-As jupyter_client hands a kernel provisioner the config stanza of its kernel spec: the
-backends' (`DockerConfig`, `LocalConfig`, `TenancyConfig`) are built by
-`gateway.sandbox.factory`.
+Only the composition root (`gateway.server`, `gateway.configure`) sees the whole
+`Settings`; it builds each part's config once and passes it down, as jupyter_client hands a
+kernel provisioner the config stanza of its kernel spec. The backends' (`DockerConfig`,
+`LocalConfig`, `TenancyConfig`) are built by `gateway.sandbox.factory`; the rest by the
+server (`ExecutionConfig`, `RunServiceConfig`, `RequestPolicy`, `UploadsConfig`,
+`StoreConfig`, `FrontDoorConfig`). A value derived from several settings is a method of
+the config that holds them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """What every long-running command does first: configure logging to stderr and build the
-settings, explaining a bad configuration in one line instead of a traceback."""
+settings, explaining a bad configuration in one line instead of a traceback.
+
+With `gateway.server`, the composition root: the commands see the settings only through
+these functions, and the server hands each part its own config."""
 
 from __future__ import annotations
 
@@ -16,6 +19,11 @@ def configure_logging(level: str, default: int) -> None:
         level=getattr(logging, level.upper(), default),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting (`--max-timeout`), and `--config FILE`."""
+    settings_module.add_arguments(parser)
 
 
 def load_settings(args: argparse.Namespace, prog: str) -> settings_module.Settings | None:

@@ -1,4 +1,8 @@
-"""The gateway's lifecycle: build every service from the settings, listen, drain, stop."""
+"""The gateway's lifecycle: build every service from the settings, listen, drain, stop.
+
+This is the composition root: the one place (with `gateway.configure`) that sees the whole
+`Settings`. Each part gets a frozen config of the settings it reads, built here once
+(`gateway.config.config_from`) and passed down; a backend gets its own from the factory."""
 
 from __future__ import annotations
 

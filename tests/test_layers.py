@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from tests.support import REPO
 
@@ -102,3 +103,37 @@ def test_no_two_classes_of_the_gateway_share_a_name() -> None:
                 homes.setdefault(node.name, []).append(str(path.relative_to(REPO)))
     shared = {name: paths for name, paths in homes.items() if len(paths) > 1}
     assert len(homes) > 100 and shared == {}
+
+
+# The modules that see the whole `Settings` (issue 30): the command's (`configure`), the
+# gateway's life (`server`), and the settings themselves. Every other part gets a frozen
+# config of the settings it reads (`gateway.config`), built by these and passed down.
+COMPOSITION_ROOT = {"gateway/settings.py", "gateway/configure.py", "gateway/server.py"}
+
+
+def settings_importers(root: Path) -> set[str]:
+    """The modules under `root` (a `gateway/` folder) that import `gateway.settings`."""
+    return {
+        str(path.relative_to(root.parent))
+        for path in sorted(root.rglob("*.py"))
+        if any(
+            name == "gateway.settings" or name.startswith("gateway.settings.")
+            for name in imported(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    }
+
+
+def test_only_the_composition_root_imports_the_settings() -> None:
+    assert settings_importers(REPO / "gateway") <= COMPOSITION_ROOT
+
+
+def test_the_check_sees_a_part_that_imports_the_settings(tmp_path: Path) -> None:
+    part = tmp_path / "gateway" / "runs"
+    part.mkdir(parents=True)
+    (part / "service.py").write_text("def f():\n    from gateway.settings import Settings\n")
+    (part / "slots.py").write_text("from gateway import settings\n")
+    (part / "bounds.py").write_text("from gateway.store_url import parse_store_url\n")
+    assert settings_importers(tmp_path / "gateway") == {
+        "gateway/runs/service.py",
+        "gateway/runs/slots.py",
+    }

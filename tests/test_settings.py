@@ -15,6 +15,12 @@ import pytest
 
 from gateway import settings as settings_module
 from gateway.cli import build_parser
+from gateway.config import config_from
+from gateway.execution.config import ExecutionConfig
+from gateway.handlers.config import FrontDoorConfig
+from gateway.runs.config import RequestPolicy, RunServiceConfig
+from gateway.store.config import StoreConfig
+from gateway.uploads.config import UploadsConfig
 from tests.conftest import forkserver_status, require_backend
 from tests.support import DOCKER_IMAGE, GatewayThread, free_port
 
@@ -64,6 +70,33 @@ def test_unknown_config_keys_are_refused(tmp_path: Path) -> None:
     config.write_text(json.dumps({"max_timeuot": 5}))
     with pytest.raises(ValueError, match="max_timeuot"):
         load(["--config", str(config)], {})
+
+
+# Every part's config (`gateway.config`), as the server builds them (a backend's is checked
+# in test_backends.py).
+PART_CONFIGS = (
+    ExecutionConfig,
+    RunServiceConfig,
+    RequestPolicy,
+    UploadsConfig,
+    StoreConfig,
+    FrontDoorConfig,
+)
+
+
+@pytest.mark.parametrize("kind", PART_CONFIGS, ids=lambda kind: kind.__name__)
+def test_each_part_config_takes_settings_that_exist_and_is_frozen(kind: type[Any]) -> None:
+    """A part's config is built from the settings by name (a renamed setting fails here,
+    not at an operator's start) and holds their values, unchanged and unchangeable."""
+    settings = settings_module.Settings(max_timeout=60, allow_uploads=True)
+    config = config_from(kind, settings.model_dump())
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if not dataclasses.is_dataclass(value):
+            assert value == getattr(settings, field.name), (kind.__name__, field.name)
+    name = dataclasses.fields(config)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(config, name, None)
 
 
 def first_gateway_line(caplog: pytest.LogCaptureFixture) -> str:
