@@ -137,3 +137,66 @@ def test_the_check_sees_a_part_that_imports_the_settings(tmp_path: Path) -> None
         "gateway/runs/service.py",
         "gateway/runs/slots.py",
     }
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """The gateway's modules under `root` (a `gateway/` folder), each with the modules it
+    imports (at its top or inside a function; a package is its `__init__`)."""
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph[name] = set()
+        for target in imported(ast.parse(path.read_text(encoding="utf-8"))):
+            while target not in modules and "." in target:  # a name imported from a module
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name:
+                graph[name].add(target)
+    return graph
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A chain of modules that imports its own start again, or None."""
+    done: set[str] = set()
+
+    def visit(name: str, chain: list[str]) -> list[str] | None:
+        if name in chain:
+            return [*chain[chain.index(name) :], name]
+        if name in done:
+            return None
+        for target in sorted(graph[name]):
+            found = visit(target, [*chain, name])
+            if found is not None:
+                return found
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        found = visit(name, [])
+        if found is not None:
+            return found
+    return None
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No circle of imports, deferred ones included (issue 30: the PostgreSQL store and its
+    lease link and upload shelf imported each other inside functions; what they share is a
+    module of its own now, `store/postgres_connection.py`)."""
+    assert import_cycle(module_graph(REPO / "gateway")) is None
+
+
+def test_the_check_sees_a_circle_held_by_a_deferred_import(tmp_path: Path) -> None:
+    store = tmp_path / "gateway" / "store"
+    store.mkdir(parents=True)
+    (store / "__init__.py").write_text("")
+    (store / "postgres.py").write_text(
+        "def shelf():\n    from gateway.store.postgres_uploads import PostgresShelf\n"
+    )
+    (store / "postgres_uploads.py").write_text("from gateway.store.postgres import lock_user\n")
+    assert import_cycle(module_graph(tmp_path / "gateway")) == [
+        "gateway.store.postgres",
+        "gateway.store.postgres_uploads",
+        "gateway.store.postgres",
+    ]

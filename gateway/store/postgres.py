@@ -10,7 +10,8 @@
 - The heartbeat (`postgres_leases.py`) renews leases on a connection of its own, which
   also holds the replica's instance id (a session advisory lock) while the replica lives,
   and `/v1/health`'s ping has one of its own: neither waits behind the pool, which
-  requests (and at most `upload_connections` uploads at once) share.
+  requests (and at most `upload_connections` uploads at once: `postgres_uploads.py`)
+  share. The three parts share how they connect and lock (`postgres_connection.py`).
 - A cancel asked of another replica sets `cancel_note` and sends `NOTIFY gateway_cancel`;
   the owner LISTENs on a connection of its own and cancels the run at once. A notification
   missed while that connection was down is found by the next heartbeat (`renew` returns
@@ -32,52 +33,43 @@ import datetime as dt
 import json
 import logging
 from collections.abc import AsyncIterator, Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 import psycopg_pool
 from psycopg import conninfo
 
 from gateway.budget import Quota
-from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
 from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, Renewal, RunQuery
 from gateway.store.config import StoreConfig
 from gateway.store.migrate import migrate
-from gateway.store.records import dump, encode, load, summary, summary_of_stored
+from gateway.store.postgres_connection import (
+    CONNECTION_OPTIONS,
+    RUNS_LOCK,
+    Conn,
+    lock_user,
+    unavailable,
+)
+from gateway.store.postgres_leases import (
+    PostgresLeaseLink,
+    fail_expired_runs,
+    fail_rows,
+    renew_leases,
+)
+from gateway.store.postgres_uploads import PostgresShelf
+from gateway.store.records import dump, load, summary, summary_of_stored
 from gateway.uploads.shelf import UploadShelf
-
-if TYPE_CHECKING:
-    from gateway.store.postgres_leases import PostgresLeaseLink
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "gateway_cancel"
-RUNS_LOCK = 1  # first key of the per-user advisory lock on runs (second: hashtext(user))
-UPLOADS_LOCK = 2  # ... and on uploads
-
-Conn = psycopg.AsyncConnection[Any]
 
 
 def redact(dsn: str) -> dict[str, str]:
     """What may be shown of a DSN: host, port, database, user; never the password."""
     parts = conninfo.conninfo_to_dict(dsn)
     return {k: str(parts[k]) for k in ("host", "port", "dbname", "user") if parts.get(k)}
-
-
-# A server that stops answering (a hung host, a network that drops packets) must not hold a
-# request and a connection for the minutes TCP takes to give up: connecting is bounded,
-# keepalives find a dead peer in about 25 s, and no statement runs longer than 30 s (every
-# query of the store is short; the driver's error becomes StoreUnavailable).
-CONNECTION_OPTIONS: dict[str, Any] = {
-    "connect_timeout": 5,
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 25_000,  # ms: unacknowledged data
-    "options": "-c statement_timeout=30000",
-}
 
 
 class PostgresStore(RecordStore):
@@ -143,9 +135,7 @@ class PostgresStore(RecordStore):
         await self.pool.close()
 
     def upload_shelf(self, config: StoreConfig) -> UploadShelf:
-        from gateway.store.postgres_uploads import PostgresShelf
-
-        return PostgresShelf(self, config.upload_ttl)
+        return PostgresShelf(self.connection, self.upload_connections, config.upload_ttl)
 
     async def ping(self) -> None:
         """On a connection of its own (made again when lost), never one of the pool: a pool
@@ -294,11 +284,9 @@ class PostgresStore(RecordStore):
                 "WHERE replica = %s AND status IN ('queued', 'running') FOR UPDATE SKIP LOCKED",
                 (self.replica,),
             )
-            return await _fail_rows(conn, await cursor.fetchall(), note)
+            return await fail_rows(conn, await cursor.fetchall(), note)
 
     def lease_link(self) -> PostgresLeaseLink:
-        from gateway.store.postgres_leases import PostgresLeaseLink
-
         return PostgresLeaseLink(self.dsn, self.replica, self.lease)
 
     # The heartbeat renews and fails through its own link; these (on the pool) are the
@@ -359,45 +347,6 @@ class PostgresStore(RecordStore):
             self.on_cancel(run_id, str(note or "The run was cancelled."))
 
 
-def unavailable(exc: Exception) -> StoreUnavailable:
-    """The 503 for a driver's failure (logged in one line)."""
-    log.warning("store: %s", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
-    return StoreUnavailable(
-        "The run store cannot be reached now; try again shortly.", retry_after=5
-    )
-
-
-async def renew_leases(conn: Conn, replica: str, lease: float, run_ids: Collection[str]) -> Renewal:
-    """Extend `replica`'s leases on `run_ids`; the cancel requests among them, and the ones
-    it no longer holds."""
-    ids = list(run_ids)
-    cursor = await conn.execute(
-        "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
-        "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
-        "RETURNING id, cancel_note",
-        (lease, ids, replica),
-    )
-    rows = await cursor.fetchall()
-    held = {str(row[0]) for row in rows}
-    cancels = {str(row[0]): str(row[1]) for row in rows if row[1] is not None}
-    return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
-
-
-async def fail_expired_runs(conn: Conn, note: str) -> int:
-    """Claim and fail every unfinished run whose lease ran out (in the caller's transaction)."""
-    cursor = await conn.execute(
-        "SELECT id, replica, record FROM runs "
-        "WHERE lease_until < now() AND status IN ('queued', 'running') "
-        "FOR UPDATE SKIP LOCKED"
-    )
-    return await _fail_rows(conn, await cursor.fetchall(), note)
-
-
-async def lock_user(conn: Conn, kind: int, user: str) -> None:
-    """Serialise what decides a user's limits, fleet-wide, until the transaction ends."""
-    await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, user))
-
-
 async def _one(cursor: psycopg.AsyncCursor[Any]) -> Any:
     row = await cursor.fetchone()
     assert row is not None
@@ -427,20 +376,6 @@ async def _enforce(conn: Conn, user: str, keep: str, quota: Quota) -> int:
     if doomed:
         await conn.execute("DELETE FROM runs WHERE id = ANY(%s)", (doomed,))
     return len(doomed)
-
-
-async def _fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
-    """Mark the claimed unfinished runs failed, each with `note` (naming its replica)."""
-    for run_id, replica, payload in rows:
-        record = RunRecord.from_storage(json.loads(payload))
-        record.fail(note.format(replica=replica))
-        stored = encode(record.to_storage())  # at start, or in the heartbeat's thread
-        await conn.execute(
-            "UPDATE runs SET status = %s, record = %s, size = %s, summary = %s, "
-            "lease_until = NULL WHERE id = %s",
-            (record.status, stored, len(stored), summary(record), run_id),
-        )
-    return len(rows)
 
 
 def _position(text: str) -> dt.datetime:

@@ -1,5 +1,7 @@
 """`PostgresLeaseLink`: the heartbeat's own connection to the PostgreSQL store, which also
-holds the replica's instance id for as long as the replica lives.
+holds the replica's instance id for as long as the replica lives; and the lease statements
+it runs (renew, fail the runs whose lease ran out), which the store also runs on its pool
+for a caller without a link (`postgres.py`).
 
 The id is held by a session advisory lock (`pg_try_advisory_lock(instance_lock_key(id))`),
 taken when the link connects: a second process with the same id, on any machine, finds it
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Collection
@@ -29,15 +32,11 @@ from typing import Any
 
 import psycopg
 
+from gateway.models.record import RunRecord
 from gateway.store.base import LeaseLink, Renewal
 from gateway.store.instance import InstanceTaken, instance_lock_key, process_name
-from gateway.store.postgres import (
-    CONNECTION_OPTIONS,
-    Conn,
-    fail_expired_runs,
-    renew_leases,
-    unavailable,
-)
+from gateway.store.postgres_connection import CONNECTION_OPTIONS, Conn, unavailable
+from gateway.store.records import encode, summary
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +140,46 @@ class PostgresLeaseLink(LeaseLink):
         if conn is not None:
             with contextlib.suppress(psycopg.Error, OSError):
                 await conn.close()
+
+
+async def renew_leases(conn: Conn, replica: str, lease: float, run_ids: Collection[str]) -> Renewal:
+    """Extend `replica`'s leases on `run_ids`; the cancel requests among them, and the ones
+    it no longer holds."""
+    ids = list(run_ids)
+    cursor = await conn.execute(
+        "UPDATE runs SET lease_until = now() + make_interval(secs => %s) "
+        "WHERE id = ANY(%s) AND replica = %s AND status IN ('queued', 'running') "
+        "RETURNING id, cancel_note",
+        (lease, ids, replica),
+    )
+    rows = await cursor.fetchall()
+    held = {str(row[0]) for row in rows}
+    cancels = {str(row[0]): str(row[1]) for row in rows if row[1] is not None}
+    return Renewal(cancels=cancels, lost=frozenset(set(ids) - held))
+
+
+async def fail_expired_runs(conn: Conn, note: str) -> int:
+    """Claim and fail every unfinished run whose lease ran out (in the caller's transaction)."""
+    cursor = await conn.execute(
+        "SELECT id, replica, record FROM runs "
+        "WHERE lease_until < now() AND status IN ('queued', 'running') "
+        "FOR UPDATE SKIP LOCKED"
+    )
+    return await fail_rows(conn, await cursor.fetchall(), note)
+
+
+async def fail_rows(conn: Conn, rows: list[Any], note: str) -> int:
+    """Mark the claimed unfinished runs failed, each with `note` (naming its replica)."""
+    for run_id, replica, payload in rows:
+        record = RunRecord.from_storage(json.loads(payload))
+        record.fail(note.format(replica=replica))
+        stored = encode(record.to_storage())  # at start, or in the heartbeat's thread
+        await conn.execute(
+            "UPDATE runs SET status = %s, record = %s, size = %s, summary = %s, "
+            "lease_until = NULL WHERE id = %s",
+            (record.status, stored, len(stored), summary(record), run_id),
+        )
+    return len(rows)
 
 
 def _describe(holder: tuple[Any, ...]) -> str:

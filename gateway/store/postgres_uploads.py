@@ -10,24 +10,27 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.budget import Quota
-from gateway.store.postgres import UPLOADS_LOCK, PostgresStore, lock_user
+from gateway.store.postgres_connection import UPLOADS_LOCK, Connections, lock_user
 from gateway.uploads.shelf import ShelvedUpload, UploadShelf, new_upload_id
 
 _COLUMNS = "id, owner, extract(epoch FROM created), entries, unpacked_bytes, size"
 
 
 class PostgresShelf(UploadShelf):
-    def __init__(self, store: PostgresStore, ttl: float) -> None:
-        self.store = store
+    """Uploads kept on the store's pool (`connection`: `PostgresStore.connection`), by at
+    most `max_parallel` keeps at once (`PostgresStore.upload_connections`)."""
+
+    def __init__(self, connection: Connections, max_parallel: int, ttl: float) -> None:
+        self.connection = connection
         self.ttl = ttl
         # a keep holds a pooled connection while it waits for the user's lock: uploads
         # get at most half of the pool (the upload store keeps the rest waiting in-process)
-        self.max_parallel = store.upload_connections
+        self.max_parallel = max_parallel
 
     async def keep(
         self, user: str, data: bytes, entries: int, unpacked_bytes: int, quota: Quota
     ) -> ShelvedUpload:
-        async with self.store.connection() as conn:
+        async with self.connection() as conn:
             await lock_user(conn, UPLOADS_LOCK, user)
             await conn.execute(
                 "DELETE FROM uploads WHERE owner = %s "
@@ -57,7 +60,7 @@ class PostgresShelf(UploadShelf):
         return _upload(row)
 
     async def find(self, upload_id: str) -> ShelvedUpload | None:
-        async with self.store.connection() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "SELECT id, owner, extract(epoch FROM created), entries, unpacked_bytes, size "
                 "FROM uploads WHERE id = %s "
@@ -68,7 +71,7 @@ class PostgresShelf(UploadShelf):
         return None if row is None else _upload(row)
 
     async def read(self, upload_id: str) -> bytes | None:
-        async with self.store.connection() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "SELECT archive FROM uploads WHERE id = %s "
                 "AND created >= now() - make_interval(secs => %s)",
@@ -78,7 +81,7 @@ class PostgresShelf(UploadShelf):
         return None if row is None else bytes(row[0])
 
     async def expire(self) -> int:
-        async with self.store.connection() as conn:
+        async with self.connection() as conn:
             cursor = await conn.execute(
                 "DELETE FROM uploads WHERE created < now() - make_interval(secs => %s)",
                 (self.ttl,),
