@@ -31,7 +31,7 @@ WebSocket libraries) are translated into these where they are caught.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 # Messages and field names may quote what the client sent (a path, a language): an answer
 # never echoes more than this of it.
@@ -51,6 +51,10 @@ class GatewayError(Exception):
 
     status = 500
     code = "internal"
+    # False for what the server never answers: the client's own, a never-sent ClientGone, a
+    # base class whose kinds are answered instead (tests/test_contract.py: every code the
+    # server answers is documented)
+    answered: ClassVar[bool] = True
 
     def __init_subclass__(
         cls, *, status: int | None = None, code: str | None = None, **kwargs: Any
@@ -138,6 +142,8 @@ class ClientGone(GatewayError, status=499, code="client_closed_request"):
     up. Never sent (there is nobody to send it to): it ends the handler, and the access
     log shows 499, as nginx's does."""
 
+    answered = False
+
 
 class ServerError(GatewayError, status=500, code="internal"):
     """500 (or another 5xx): the gateway failed; it logged why."""
@@ -146,6 +152,8 @@ class ServerError(GatewayError, status=500, code="internal"):
 class Unavailable(GatewayError, status=503, code="unavailable"):
     """503: the gateway cannot serve now (no memory to spare, no sandbox could start, the
     run store does not answer); `retry_after` seconds when it said."""
+
+    answered = False  # the server answers one of its kinds
 
 
 class Overloaded(Unavailable, code="capacity"):
@@ -165,7 +173,11 @@ class Unreachable(GatewayError, status=0, code="unreachable"):
     """The client's: no answer from the gateway (the connection was refused, reset or
     timed out)."""
 
+    answered = False
+
 
 class UnexpectedAnswer(GatewayError, status=0, code="unexpected_answer"):
     """The client's: an answer that is not the API's (not JSON, or not of the promised
     shape; a proxy's page)."""
+
+    answered = False

@@ -108,12 +108,17 @@ def test_moves_the_life_does_not_allow_are_refused() -> None:
 
 def test_nothing_but_the_record_assigns_a_status() -> None:
     """`grep` finds one writer of `status`: assignments to `<something>.status` in the
-    gateway's code, outside the record's own module, are refused here (the client's own
-    error objects, which are not records, excepted; and `cls.status`, an error class's HTTP
-    status declared when the class is made, `GatewayError.__init_subclass__`)."""
+    gateway's code, outside the record's own module, are refused here (the client side's own
+    objects, which are not records, excepted; and an error's HTTP status, set in
+    `gateway/errors.py` as the class is made or, for an answer the client met, as the error
+    is)."""
     writers = []
     for path in sorted((REPO / "gateway").rglob("*.py")):
-        if path.name == "record.py" or path.is_relative_to(REPO / "gateway" / "client"):
+        # an error's HTTP status (errors.py) is no record's, nor the client side's objects
+        client_side = (REPO / "gateway" / "client", REPO / "gateway" / "commands")
+        if path.name in ("record.py", "errors.py") or any(
+            path.is_relative_to(side) for side in client_side
+        ):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             targets = node.targets if isinstance(node, ast.Assign) else []

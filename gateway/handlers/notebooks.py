@@ -4,10 +4,9 @@ notebook with the run record of the whole."""
 from __future__ import annotations
 
 from gateway.handlers.base import BaseHandler
-from gateway.jsoncodec import scan
 from gateway.models.answers import NotebookRunAnswer
 from gateway.models.ipynb import record_to_notebook
-from gateway.models.notebook import notebook_text
+from gateway.models.notebook import notebook_text, scan_text
 from gateway.offload import SMALL
 from gateway.runs.requests import parse_notebook_request
 
@@ -20,7 +19,7 @@ class NotebookRunHandler(BaseHandler):
         text = notebook_text(data)
         if text is not None:  # sent as its JSON text: room for what parsing that makes too
             limits = self.json_limits()
-            shape = await self.heavy(len(text) <= SMALL, scan, text, limits, "`notebook`")
+            shape = await self.heavy(len(text) <= SMALL, scan_text, text, limits)
             self.take_room(shape.parsed_bytes())
         # nbformat's validator is CPU work that grows with the notebook: not on the loop
         request = await self.heavy(False, parse_notebook_request, data, self.policy, self.user)

@@ -50,7 +50,7 @@ from gateway.jsoncodec import JsonShape, dumps_utf8, parse_json, scan
 from gateway.models.answers import ErrorBody
 from gateway.models.base import sent
 from gateway.models.ipynb import record_to_notebook
-from gateway.models.notebook import NotebookMessage, notebook_text
+from gateway.models.notebook import NotebookMessage, notebook_text, scan_text
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.models.stream import (
@@ -397,7 +397,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         text = notebook_text(data)
         if text is not None:  # sent as its JSON text: room for what parsing that makes too
             limits = self.policy.json_limits(notebook=True)
-            inner = await self.heavy(len(text) <= SMALL, scan, text, limits, "`notebook`")
+            inner = await self.heavy(len(text) <= SMALL, scan_text, text, limits)
             self._take_room(inner.parsed_bytes())
         request = await self.heavy(False, _notebook_message, data, self.policy, self.user)
         run = _Run(ref=ref, notebook=True)

@@ -18,7 +18,7 @@ import nbformat
 from pydantic import Field, WithJsonSchema
 
 from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedLanguage
-from gateway.jsoncodec import JsonLimits, parse_json
+from gateway.jsoncodec import JsonLimits, JsonShape, parse_json, scan
 from gateway.models.base import Body
 from gateway.models.common import LANGUAGES, Language
 from gateway.models.languages import KERNEL_LANGUAGES, notebook_metadata
@@ -118,6 +118,15 @@ def notebook_text(data: Any) -> str | None:
         text = data.get("notebook")
         return text if isinstance(text, str) else None
     return None
+
+
+def scan_text(text: str, limits: JsonLimits) -> JsonShape:
+    """What a notebook sent as its JSON text holds (`jsoncodec.scan`), refused as its
+    field's: what the body's own scan counted of it was one string."""
+    try:
+        return scan(text, limits, "`notebook`")
+    except (InvalidRequest, PayloadTooLarge) as exc:
+        raise type(exc)(exc.message, field="notebook") from None
 
 
 def read_notebook(raw: Any, notes: list[str], limits: JsonLimits) -> dict[str, Any]:
