@@ -60,7 +60,6 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
             connection_file,
             "--IPKernelApp.extensions=kernels.python.startup",
             "--HistoryManager.enabled=False",
-            "--IPKernelApp.interrupt_mode=message",
             "--InlineBackend.figure_formats=png",
         ]
     if kernel == "bash":
