@@ -50,8 +50,8 @@ LIVE_GATEWAYS: set[Any] = set()
 # its instance) is not a leak; once it has ended, it is.
 PROCESS_INSTANCES: dict[str, Any] = {}
 # Workspaces roots of the gateways this test process started: a live gateway keeps its
-# users' workspace images mounted there (quota.py); once it stops, none may stay mounted
-# and no loop device may hold an image of theirs.
+# users' workspace images mounted there (workspace_images.py); once it stops, none may stay
+# mounted and no loop device may hold an image of theirs.
 WORKSPACE_ROOTS: set[Path] = set()
 
 

@@ -41,7 +41,7 @@ def mount_image(image: Path, target_fd: int, fstype: str, flags: int, options: s
     A loop device that holds the image already (its file system still mounted somewhere:
     a container of a gateway that died, another gateway) is mounted again, never a
     second one: two devices on one image would be two ext4 file systems writing one
-    file. Callers serialise mounts of one image (quota.py's per-user lock)."""
+    file. Callers serialise mounts of one image (workspace_images.py's per-user lock)."""
     held = loop_holding(image)
     if held is not None:
         mount_device(held, target_fd, fstype, flags, options)

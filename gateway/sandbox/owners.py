@@ -2,8 +2,8 @@
 
 One uid per user, above the sandboxes' range (`sandbox_uid + sandbox_uids + 1` up), given
 the first time the user's workspace is used and kept for good, with a quota (the uid owns
-the user's image, quota.py) or without one (a plain folder: `--workspace-bytes 0`, or a
-machine that cannot mount images). So per-uid kernel counters (`RLIMIT_NPROC`,
+the user's image, workspace_images.py) or without one (a plain folder: `--workspace-bytes
+0`, or a machine that cannot mount images). So per-uid kernel counters (`RLIMIT_NPROC`,
 `RLIMIT_SIGPENDING` that the bash kernel's write order relies on, inotify instances,
 message queue bytes) are never shared with another tenant's runs, and a user's later runs
 can write what the earlier ones left. A user's own runs share their uid, as they share

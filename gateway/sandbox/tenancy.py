@@ -3,8 +3,8 @@
 - a sandbox without a workspace: a uid of its own, leased from the sandboxes' range
   (uids.py) when it is created and given back when it is destroyed;
 - a run in a user's workspace: that user's own uid (owners.py), with their workspace
-  image mounted first (quota.py); without quotas (`--workspace-bytes 0`, or a machine
-  that cannot make them) the same uid, owner of a plain folder;
+  image mounted first (workspace_images.py); without quotas (`--workspace-bytes 0`, or a
+  machine that cannot make them) the same uid, owner of a plain folder;
 - a run in an admin folder (`admin_dirs`, the operator's own): `sandbox_uid`, no quota;
 - a gateway that cannot change users (the local backend, not root): its own uid.
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from gateway.auth import is_user_folder
 from gateway.models.request import WorkspaceRef
 from gateway.sandbox.owners import WorkspaceOwners
-from gateway.sandbox.quota import WorkspaceImages
 from gateway.sandbox.uids import UidLease, UidLeases
+from gateway.sandbox.workspace_images import WorkspaceImages
 
 log = logging.getLogger(__name__)
 

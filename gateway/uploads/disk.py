@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from gateway.budget import Quota
-from gateway.uploads.quota import Kept, UploadLedger
+from gateway.uploads.ledger import Kept, UploadLedger
 from gateway.uploads.shelf import UPLOAD_ID, ShelvedUpload, UploadShelf, new_upload_id
 
 

@@ -4,7 +4,7 @@ the user who uploaded it, and deleted `upload_ttl` seconds after the upload.
 
 A run that names the upload unpacks it again, with the same checks against the limits of
 that moment. Each user keeps at most a `Quota` of uploads: a new one deletes their
-oldest past it (`quota.py`).
+oldest past it (`ledger.py`).
 
 Checking and keeping an upload takes a thread for seconds and, with PostgreSQL, one of the
 store's pooled connections (held while the user's lock is awaited, then while up to 21 MiB

@@ -7,7 +7,7 @@ Two shelves: `DiskShelf` (`disk.py`: files under the data dir, beside the SQLite
 store) and `PostgresShelf` (`gateway/store/postgres_uploads.py`: a table of the PostgreSQL
 store, so that every replica sees every upload and the per-user quota is decided in one
 place for the whole fleet). Both keep each user within a `Quota` by deleting their
-oldest uploads (`quota.py` says why), and forget uploads older than the TTL.
+oldest uploads (`ledger.py` says why), and forget uploads older than the TTL.
 """
 
 from __future__ import annotations

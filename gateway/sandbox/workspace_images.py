@@ -1,4 +1,5 @@
-"""Workspace quotas: each user's workspace is an ext4 image of its own, loop-mounted.
+"""Workspace images: each user's workspace is an ext4 image of its own, loop-mounted, whose
+size (`workspace_bytes`) is the workspace's quota.
 
 `<workspaces>/<user>` is the mount point of `<workspaces>/.images/<uid>.<user>.img`, a
 sparse file of `workspace_bytes` (made with `mkfs.ext4 -m 0`, `workspace_inodes` inodes,

@@ -1,5 +1,6 @@
-"""What each user keeps in the upload store, held to a quota: at most `max_uploads_per_user`
-uploads of at most `max_upload_store_bytes_per_user` stored bytes in all.
+"""The ledger of what each user keeps on the disk shelf (`disk.py`), held to a quota: at most
+`max_uploads_per_user` uploads of at most `max_upload_store_bytes_per_user` stored bytes in
+all (the PostgreSQL shelf decides the same in its table: `gateway/store/postgres_uploads.py`).
 
 Past the quota, the user's **oldest uploads are deleted** to make room for the new one (as
 their run records are), rather than the new one refused: uploads already expire
@@ -9,8 +10,9 @@ until its oldest uploads expire. A run takes its upload's files when it is admit
 deleting an upload never disturbs a run that already uses it. Nobody else's uploads are
 touched.
 
-`UploadLedger` is the store's index of who keeps what, built from the `<id>.json` files
-on first use and kept up to date by the store, which calls it under its lock.
+`UploadLedger` is the disk shelf's index of who keeps what (`Kept`), built from the
+`<id>.json` files on first use and kept up to date by the shelf, which calls it under its
+lock.
 """
 
 from __future__ import annotations
