@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gateway.execution.session import limits_from, start_session  # noqa: E402
+from gateway.execution.session import start_session  # noqa: E402
 from gateway.models.common import Language  # noqa: E402
 from gateway.sandbox.base import SandboxSpec  # noqa: E402
 from tests.support import GatewayThread  # noqa: E402
@@ -64,10 +64,12 @@ def time_ready(server: GatewayThread, runs: int, language: Language = "python") 
     services, wire = server.gateway.services, server.gateway.wire
     assert services is not None and wire is not None
 
+    config = services.runs.pools.config  # the execution layer's own (ExecutionConfig)
+
     async def once(i: int) -> float:
-        spec = SandboxSpec(f"run_bench{i:04d}", language, limits_from(server.settings))
+        spec = SandboxSpec(f"run_bench{i:04d}", language, config.limits())
         started = time.perf_counter()
-        session = await start_session(services.backend, spec, server.settings, wire)
+        session = await start_session(services.backend, spec, config, wire)
         try:
             return time.perf_counter() - started
         finally:

@@ -90,7 +90,7 @@ def pooled_runs(gateway: GatewayThread, runs: int, **body: Any) -> dict[str, flo
 
 def _ready(gateway: GatewayThread, kind: str = "ipykernel") -> int:
     assert gateway.gateway.services is not None
-    return int(gateway.gateway.services.runs.kernels.describe()[kind]["ready"])
+    return int(gateway.gateway.services.runs.pools.describe()[kind]["ready"])
 
 
 def measure(image: str, runs: int, engine: docker.DockerClient) -> dict[str, Any]:
