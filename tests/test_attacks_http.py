@@ -1,5 +1,9 @@
 """Attacks on the HTTP and WebSocket front door (issue 8): cross-site requests from any web
-page (CSRF) and JSON that is nested too deep for Python's parser."""
+page (CSRF) and JSON that is nested too deep for Python's parser.
+
+The front door is the same on every backend (nothing here reaches past the handlers but a
+`print`): these run once, against the session's local gateway (issue 30: the real backends
+for what only they can show)."""
 
 from __future__ import annotations
 
@@ -63,14 +67,14 @@ def error_of(response: Response, status: int, code: str) -> dict[str, Any]:
     ["application/x-www-form-urlencoded", "text/plain;charset=UTF-8", None],
 )
 def test_a_cross_site_no_cors_post_runs_nothing(
-    gateway: GatewayThread, content_type: str | None
+    local_gateway: GatewayThread, content_type: str | None
 ) -> None:
     """The verified attack: any web page could run code on a single-user gateway."""
     body = json.dumps({"code": f"print({MARK!r})"}).encode()
     headers = dict(NO_CORS_POST)
     if content_type is not None:
         headers["Content-Type"] = content_type
-    response = raw_request(gateway.port, "POST", "/v1/runs", body, headers)
+    response = raw_request(local_gateway.port, "POST", "/v1/runs", body, headers)
     error_of(response, 403, "forbidden")
     assert MARK.encode() not in response.body
 
@@ -90,20 +94,20 @@ def test_a_cross_site_no_cors_post_runs_nothing(
     ["/v1/runs", "/v1/notebooks/run", "/v1/tools/code_run", "/v1/tools/run_python"],
 )
 def test_only_json_media_types_are_read_as_json(
-    gateway: GatewayThread, path: str, content_type: str | None
+    local_gateway: GatewayThread, path: str, content_type: str | None
 ) -> None:
     """A page can send the form types (and none) anywhere without a CORS preflight: even
     without an Origin (a plain client) they are not read as JSON any more."""
     headers = {} if content_type is None else {"Content-Type": content_type}
-    response = raw_request(gateway.port, "POST", path, b'{"code": "1"}', headers)
+    response = raw_request(local_gateway.port, "POST", path, b'{"code": "1"}', headers)
     error = error_of(response, 415, "unsupported_media_type")
     assert "application/json" in error["message"]
 
 
-def test_json_media_types_still_work(client: Client) -> None:
-    record = client.run(code="print(6 * 7)")
+def test_json_media_types_still_work(local_client: Client) -> None:
+    record = local_client.run(code="print(6 * 7)")
     assert record["stdout"] == "42\n"
-    charset = client.request(
+    charset = local_client.request(
         "POST",
         "/v1/runs",
         {"code": "print(1)"},
@@ -137,46 +141,46 @@ EVERY_ENDPOINT = [
     [EVIL, "null", "http://127.0.0.1:1", "http://localhost", "file://"],
 )
 def test_every_endpoint_refuses_a_foreign_origin(
-    gateway: GatewayThread, method: str, path: str, body: Any, origin: str
+    local_gateway: GatewayThread, method: str, path: str, body: Any, origin: str
 ) -> None:
     """Another port of the same host is another origin (a dev server on localhost:3000 is
     'same-site', not 'same-origin'); `null` is a sandboxed frame or a file."""
     headers = {"Origin": origin, "Content-Type": "application/json"}
     data = None if body is None else json.dumps(body).encode()
-    error_of(raw_request(gateway.port, method, path, data, headers), 403, "forbidden")
+    error_of(raw_request(local_gateway.port, method, path, data, headers), 403, "forbidden")
 
 
 @pytest.mark.parametrize(("method", "path", "body"), EVERY_ENDPOINT)
 def test_every_endpoint_refuses_sec_fetch_site_cross_site(
-    gateway: GatewayThread, method: str, path: str, body: Any
+    local_gateway: GatewayThread, method: str, path: str, body: Any
 ) -> None:
     """A cross-site GET (an <img>, a no-cors fetch) carries no Origin, but says where it
     comes from in Sec-Fetch-Site."""
     headers = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}
     headers["Content-Type"] = "application/json"
     data = None if body is None else json.dumps(body).encode()
-    error_of(raw_request(gateway.port, method, path, data, headers), 403, "forbidden")
+    error_of(raw_request(local_gateway.port, method, path, data, headers), 403, "forbidden")
 
 
-def test_a_link_from_another_site_still_opens_the_page(gateway: GatewayThread) -> None:
+def test_a_link_from_another_site_still_opens_the_page(local_gateway: GatewayThread) -> None:
     navigate = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
-    page = raw_request(gateway.port, "GET", "/", headers=navigate)
+    page = raw_request(local_gateway.port, "GET", "/", headers=navigate)
     assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
     # ... but a navigation is only a way to open the page, never to post to the API
     posted = raw_request(
-        gateway.port,
+        local_gateway.port,
         "POST",
         "/v1/runs",
         b'{"code": "1"}',
         {**navigate, "Origin": EVIL, "Content-Type": "application/json"},
     )
     error_of(posted, 403, "forbidden")
-    api = raw_request(gateway.port, "GET", "/v1/health", headers=navigate)
+    api = raw_request(local_gateway.port, "GET", "/v1/health", headers=navigate)
     error_of(api, 403, "forbidden")
 
 
-def test_the_page_and_plain_clients_keep_working(gateway: GatewayThread) -> None:
-    port = gateway.port
+def test_the_page_and_plain_clients_keep_working(local_gateway: GatewayThread) -> None:
+    port = local_gateway.port
     same = {
         "Origin": f"http://127.0.0.1:{port}",
         "Sec-Fetch-Site": "same-origin",
@@ -211,9 +215,9 @@ def test_an_allowed_origin_may_call_the_api(partner: GatewayThread) -> None:
     error_of(raw_request(partner.port, "GET", "/v1/health", headers=other), 403, "forbidden")
 
 
-def test_the_websocket_refuses_cross_site_handshakes(gateway: GatewayThread) -> None:
+def test_the_websocket_refuses_cross_site_handshakes(local_gateway: GatewayThread) -> None:
     async def main() -> None:
-        port = gateway.port
+        port = local_gateway.port
         assert await handshake_status(port, {"Origin": EVIL}) == 403
         assert await handshake_status(port, {"Origin": "http://localhost:3000"}) == 403
         assert await handshake_status(port, {"Sec-Fetch-Site": "cross-site"}) == 403
@@ -246,25 +250,25 @@ def nested_text(depth: int) -> str:
     "path",
     ["/v1/runs", "/v1/notebooks/run", "/v1/tools/code_run", "/v1/tools/run_python"],
 )
-def test_json_nested_over_the_limit_is_a_400(client: Client, path: str, depth: int) -> None:
+def test_json_nested_over_the_limit_is_a_400(local_client: Client, path: str, depth: int) -> None:
     """50,000 levels (100,000 raised RecursionError, a 500; at 100,000 values the body is now
     over `max_json_values` first); ~990 passed the parser and failed later."""
-    response = client.request("POST", path, raw=nested_text(depth).encode())
+    response = local_client.request("POST", path, raw=nested_text(depth).encode())
     error = error_of(response, 400, "invalid_request")
     assert "nested" in error["message"]
 
 
-def test_json_nested_at_the_limit_runs(client: Client) -> None:
+def test_json_nested_at_the_limit_runs(local_client: Client) -> None:
     """Exactly at the limit: `vars` reach the kernel and come back as `result`."""
     # the body object and `vars` take two levels
-    record = client.run(code="result = v", vars={"v": nested(LIMIT - 2)})
+    record = local_client.run(code="result = v", vars={"v": nested(LIMIT - 2)})
     assert record["status"] == "succeeded", record["notes"]
     assert record["result"] == nested(LIMIT - 2)
-    over = client.request("POST", "/v1/runs", {"code": "1", "vars": {"v": nested(LIMIT - 1)}})
+    over = local_client.request("POST", "/v1/runs", {"code": "1", "vars": {"v": nested(LIMIT - 1)}})
     assert "nested" in error_of(over, 400, "invalid_request")["message"]
 
 
-def test_a_notebook_nested_at_and_over_the_limit(client: Client) -> None:
+def test_a_notebook_nested_at_and_over_the_limit(local_client: Client) -> None:
     cell = {
         "cell_type": "code",
         "source": "print('deep')",
@@ -275,18 +279,20 @@ def test_a_notebook_nested_at_and_over_the_limit(client: Client) -> None:
     notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}
     # the notebook, its cells list and the cell take 3 levels; metadata fills the rest
     cell["metadata"] = {"deep": nested(LIMIT - 4)}
-    ok = client.request("POST", "/v1/notebooks/run", notebook)
+    ok = local_client.request("POST", "/v1/notebooks/run", notebook)
     assert ok.status == 200, ok.body[:500]
     assert ok.json()["run"]["stdout"] == "deep\n"
     cell["metadata"] = {"deep": nested(LIMIT - 3)}
-    error = error_of(client.request("POST", "/v1/notebooks/run", notebook), 400, "invalid_request")
+    error = error_of(
+        local_client.request("POST", "/v1/notebooks/run", notebook), 400, "invalid_request"
+    )
     assert "nested" in error["message"]
 
 
-def test_websocket_messages_nested_at_and_over_the_limit(gateway: GatewayThread) -> None:
+def test_websocket_messages_nested_at_and_over_the_limit(local_gateway: GatewayThread) -> None:
     async def main() -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        async with open_stream(gateway.port) as ws:
+        async with open_stream(local_gateway.port) as ws:
             for depth in (50_000, LIMIT + 1):
                 text = '{"type":"run","ref":"deep","vars":' + nested_text(depth - 1) + "}"
                 await ws.write_message(text)
@@ -317,9 +323,11 @@ def test_websocket_messages_nested_at_and_over_the_limit(gateway: GatewayThread)
         b"\xef\xbb\xbf{}",
     ],
 )
-def test_what_json_loads_raises_besides_decode_errors_is_a_400(client: Client, body: bytes) -> None:
+def test_what_json_loads_raises_besides_decode_errors_is_a_400(
+    local_client: Client, body: bytes
+) -> None:
     """An integer of 5000 digits raised ValueError (a 500); NaN is not JSON."""
-    error_of(client.request("POST", "/v1/runs", raw=body), 400, "invalid_request")
+    error_of(local_client.request("POST", "/v1/runs", raw=body), 400, "invalid_request")
 
 
 @pytest.mark.parametrize(
@@ -333,10 +341,10 @@ def test_what_json_loads_raises_besides_decode_errors_is_a_400(client: Client, b
         b'{"code": "print(1)", "vars": {"\\ud800": 1}}',
     ],
 )
-def test_strings_with_lone_surrogates_are_a_400(client: Client, body: bytes) -> None:
+def test_strings_with_lone_surrogates_are_a_400(local_client: Client, body: bytes) -> None:
     """Valid JSON, but not Unicode text: they made runs fail inside the gateway (staging,
     the kernel message, reading return files) and logged errors."""
-    error = error_of(client.request("POST", "/v1/runs", raw=body), 400, "invalid_request")
+    error = error_of(local_client.request("POST", "/v1/runs", raw=body), 400, "invalid_request")
     assert "surrogate" in error["message"]
 
 
@@ -349,16 +357,16 @@ def test_strings_with_lone_surrogates_are_a_400(client: Client, body: bytes) -> 
     ],
 )
 def test_an_error_never_echoes_more_than_a_little_of_the_request(
-    client: Client, body: dict[str, Any]
+    local_client: Client, body: dict[str, Any]
 ) -> None:
-    response = client.request("POST", "/v1/runs", body)
+    response = local_client.request("POST", "/v1/runs", body)
     assert 400 <= response.status < 500
     assert len(response.body) < 3000, len(response.body)
 
 
-def test_a_websocket_error_never_echoes_a_huge_id(gateway: GatewayThread) -> None:
+def test_a_websocket_error_never_echoes_a_huge_id(local_gateway: GatewayThread) -> None:
     async def main() -> Any:
-        async with open_stream(gateway.port) as ws:
+        async with open_stream(local_gateway.port) as ws:
             await ws.write_message(json.dumps({"type": "cancel", "id": "r" * 1_000_000}))
             message = await asyncio.wait_for(ws.read_message(), 60)
         assert isinstance(message, str)
