@@ -364,27 +364,22 @@ def watching(
             with contextlib.suppress(psutil.Error):
                 watch.peak = max(watch.peak, process.memory_info().rss)
 
+    probes = [("/v1/health", watch.latencies)]
+    if also is not None:
+        probes.append((also, watch.also_latencies))
+
     def probe(client: Client) -> None:
         while not stop.wait(0.1):
-            started = time.monotonic()
-            try:
-                status = client.request("GET", "/v1/health", timeout=120).status
-            except OSError as exc:
-                watch.failures.append(repr(exc))
-                continue
-            watch.latencies.append(time.monotonic() - started)
-            if status != 200:
-                watch.failures.append(f"health {status}")
-            if also is not None:
+            for path, latencies in probes:
                 started = time.monotonic()
                 try:
-                    status = client.request("GET", also, timeout=120).status
+                    status = client.request("GET", path, timeout=120).status
                 except OSError as exc:
                     watch.failures.append(repr(exc))
-                    continue
-                watch.also_latencies.append(time.monotonic() - started)
+                    break
+                latencies.append(time.monotonic() - started)
                 if status != 200:
-                    watch.failures.append(f"GET {also}: {status}")
+                    watch.failures.append(f"GET {path}: {status}")
 
     threads = [threading.Thread(target=sample, daemon=True)]
     if port is not None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from gateway.budget import ByteBudget
 from gateway.offload import OWNER, heavy_work
 from tests import raw_socket
 from tests.conftest import start_gateway
@@ -340,6 +341,31 @@ def test_work_queued_for_a_client_that_left_is_given_up(
         blocker.let_go()
 
 
+def being_checked(bodies: ByteBudget, nbytes: int) -> None:
+    """Wait until mallory's notebook of `nbytes` is being checked (nbformat, the longest of
+    its pieces of heavy work): parsed, its room grown by what its parse made (above its bytes)
+    and shrunk since to what the parsed notebook keeps, and in the heavy-work pool again."""
+    peak = 0
+
+    def checked() -> bool:
+        nonlocal peak
+        held = bodies.held_by("mallory")
+        peak = max(peak, held)
+        return peak > nbytes and 0 < held < peak and heavy_work().running("mallory") == 1
+
+    assert wait_for(checked, timeout=60, interval=0.001), peak
+
+
+def assert_room_held_until_the_work_ends(bodies: ByteBudget) -> None:
+    """Her client gone, her room stays while her work runs, and goes once it has ended."""
+    held_while_running: list[int] = []
+    while heavy_work().running("mallory"):
+        held_while_running.append(bodies.held_by("mallory"))
+        time.sleep(0.002)
+    assert held_while_running and min(held_while_running) > 0, held_while_running[:5]
+    assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=30)
+
+
 def test_a_body_keeps_its_room_until_its_parse_ends_after_its_client_left(
     mallorys_gateway: GatewayThread,
 ) -> None:
@@ -349,44 +375,56 @@ def test_a_body_keeps_its_room_until_its_parse_ends_after_its_client_left(
     cells, here), then given back, and no run is started for a client that left."""
     server = mallorys_gateway
     bodies = server.gateway.services.bodies  # type: ignore[union-attr]
-    pool = heavy_work()
     notebook = big_notebook(40_000)
-    held_while_running: list[int] = []
     with raw_socket.connect(server.port, timeout=120) as sock:
         sock.sendall(post_head("/v1/notebooks/run", len(notebook)) + notebook)
-        # its room grown by what its parse makes: it is being parsed or checked
-        assert wait_for(
-            lambda: pool.running("mallory") == 1 and bodies.held_by("mallory") > len(notebook),
-            timeout=60,
-            interval=0.002,
-        )
-    while pool.running("mallory"):
-        held_while_running.append(bodies.held_by("mallory"))
-        time.sleep(0.002)
-    assert held_while_running and min(held_while_running) > 0, held_while_running[:5]
-    assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=30)
+        being_checked(bodies, len(notebook))
+    assert_room_held_until_the_work_ends(bodies)
     assert server.gateway.services.runs.running == 0  # type: ignore[union-attr]
 
 
 def test_a_websocket_message_keeps_its_room_until_its_parse_ends(
     mallorys_gateway: GatewayThread,
 ) -> None:
-    """The same for a WebSocket: its `on_close` gave the message's room back while the
-    message was still being handled."""
+    """The same for a WebSocket, hung up on while its message is checked and while the
+    connection's run writes output to it. tornado tells the handler of a hang-up only once
+    the message being handled is done (it reads no frame meanwhile, and its writes failing
+    end nothing sooner), so the message's work is finished, not dropped; its room is held
+    until then all the same (`StreamHandler.on_close` never gives back the room of a message
+    being handled, should tornado ever tell it sooner)."""
     server = mallorys_gateway
     bodies = server.gateway.services.bodies  # type: ignore[union-attr]
-    pool = heavy_work()
-    message = b'{"type": "notebook", "ref": 1, "notebook": ' + big_notebook(40_000) + b"}"
-    held_while_running: list[int] = []
+    printing = {"type": "run", "ref": 0, "code": PRINTING, "timeout": 60}
+    # (20,000 cells: what parsing them makes fits in her share beside her run's room)
+    message = b'{"type": "notebook", "ref": 1, "notebook": ' + big_notebook(20_000) + b"}"
     with websocket(server.port, MALLORY) as sock:
+        sock.sendall(text_frame(json.dumps(printing).encode()))
+        assert b'"output"' in receive_until(sock, b'"output"')
+        reader = threading.Thread(target=drain, args=(sock,), daemon=True)
+        reader.start()  # its output read on, so that the gateway reads the next message
         sock.sendall(text_frame(message))
-        assert wait_for(
-            lambda: pool.running("mallory") == 1 and bodies.held_by("mallory") > len(message),
-            timeout=60,
-            interval=0.002,
-        )
-    while pool.running("mallory"):
-        held_while_running.append(bodies.held_by("mallory"))
-        time.sleep(0.002)
-    assert held_while_running and min(held_while_running) > 0, held_while_running[:5]
-    assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=30)
+        being_checked(bodies, len(message))
+        sock.shutdown(socket.SHUT_RDWR)
+    reader.join(30)
+    assert_room_held_until_the_work_ends(bodies)
+    # the connection is gone: its run is cancelled
+    assert wait_for(lambda: server.gateway.services.runs.running == 0, timeout=30)  # type: ignore[union-attr]
+
+
+PRINTING = "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.01)"
+
+
+def drain(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while sock.recv(65536):
+            pass
+
+
+def receive_until(sock: socket.socket, needle: bytes) -> bytes:
+    data = b""
+    while needle not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data

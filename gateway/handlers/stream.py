@@ -361,6 +361,8 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         shape = await self.heavy(len(message) <= SMALL, scan, message, limits, what)
         self._take_room(shape.parsed_bytes())
         data = await self.heavy(shape.small, parse_json, message, limits, what, shape)
+        if self.room is not None:  # parsed: down to what the parsed value keeps
+            self.room.shrink_to(shape.kept_bytes())
         return data, shape
 
     def _take_room(self, nbytes: int) -> None:
