@@ -16,7 +16,7 @@ from gateway.extras import missing
 from tests import census, needs
 from tests.openapi_support import FUZZ_TOKEN
 from tests.postgres import Server
-from tests.support import DOCKER_IMAGE, Client, GatewayThread, serving, wait_for
+from tests.support import DOCKER_IMAGE, REAL_BACKENDS, Client, GatewayThread, serving, wait_for
 
 # GATEWAY_TEST_BACKENDS (comma-separated) narrows them, e.g. to run one file on forkserver
 BACKENDS = tuple(
@@ -33,6 +33,46 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     census.close()
+
+
+# Fixtures that are, or start, a gateway of a real backend.
+REAL_FIXTURES = frozenset(
+    {
+        "shared_gateways",
+        "gateway",
+        "client",
+        "backend",
+        "local_gateway",
+        "local_client",
+        "backend_name",
+        "fuzz_gateway",
+        "page_gateway",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked `fast` that asks for a real gateway is a mistake of the suite's."""
+    wrong = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("fast") is not None
+        and REAL_FIXTURES & set(getattr(item, "fixturenames", ()))
+    ]
+    if wrong:
+        raise pytest.UsageError(f"tests marked fast that use a real gateway: {wrong[:5]}")
+
+
+@pytest.fixture(autouse=True)
+def fast_tier(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked `fast` (the first tier, scripts/test.sh) may start no gateway of a real
+    backend: `GatewayThread` and `GatewayProcess` refuse, so the tier cannot grow slow."""
+    fast = request.node.get_closest_marker("fast") is not None
+    REAL_BACKENDS["allowed"] = not fast
+    try:
+        yield
+    finally:
+        REAL_BACKENDS["allowed"] = True
 
 
 def docker_status() -> tuple[bool, str]:

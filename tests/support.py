@@ -116,6 +116,19 @@ def write_tokens(folder: Path, users: Mapping[str, tuple[str, str]]) -> Path:
     return path
 
 
+# False while a test of the fast tier runs (tests/conftest.py): it may start no gateway of a
+# real backend, so that the tier stays seconds long.
+REAL_BACKENDS = {"allowed": True}
+
+
+def allow_backend(backend: object) -> None:
+    if not REAL_BACKENDS["allowed"] and backend != "fake":
+        raise RuntimeError(
+            f"a test marked `fast` started a gateway of the {backend} backend: mark it not "
+            "fast, or run it on the fake backend"
+        )
+
+
 class GatewayThread:
     """A real `Gateway` serving on 127.0.0.1:<free port> from its own event loop thread."""
 
@@ -123,6 +136,7 @@ class GatewayThread:
         self, users: Mapping[str, tuple[str, str]] | None = None, **overrides: Any
     ) -> None:
         """`overrides` are settings; `users` ({token: (user, role)}) become its token file."""
+        allow_backend(overrides.get("backend", "auto"))
         self.tmp = Path(tempfile.mkdtemp(prefix="gwtest-"))
         if users is not None:
             overrides["tokens"] = write_tokens(self.tmp / "tokens", users)
@@ -262,6 +276,7 @@ class GatewayProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> GatewayProcess:
+        allow_backend(self.backend)
         command = [sys.executable, "-m", "gateway", "serve", "--backend", self.backend]
         command += ["--port", str(self.port), "--data-dir", str(self.data_dir)]
         command += ["--instance-id", self.instance, "--docker-image", DOCKER_IMAGE]

@@ -17,7 +17,7 @@ from tests import api
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread, serving, wait_for, write_tokens
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
 ANN, BOB = "ann-token-0123456789", "bob-token-0123456789"
 FOREVER = {"code": "import time; time.sleep(3600)", "timeout": 300}  # outlives the test

@@ -44,7 +44,7 @@ from tests.support import (
 )
 from tests.test_openapi import route_template
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
 MiB = 1024 * 1024
 MALLORY, BOB = "mallory-token-0123456789", "bob-token-0123456789abcd"

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support import GatewayProcess, watching
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
 MiB = 1024 * 1024
 FRAMES = 100  # of 8 MiB: 800 MiB in one message, far past the 64 MiB output limit

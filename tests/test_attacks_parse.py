@@ -41,7 +41,7 @@ from tests.support import (
     write_tokens,
 )
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
 MiB = 1024 * 1024
 MALLORY, BOB = "mallory-token-0123456789", "bob-token-0123456789abcd"

@@ -49,7 +49,7 @@ from tests.support import (
 )
 from tests.test_replicas import SLEEP, Pair, status_of, submit
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
 LEASE = 2.0
 ANN, BOB, CAT = "tok-ann-0123456789abcdef", "tok-bob-0123456789abcdef", "tok-cat-0123456789abcdef"

@@ -21,7 +21,7 @@ from tests.conftest import start_gateway
 from tests.raw_socket import connect
 from tests.support import GatewayThread, serving, wait_for
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
 HEADER_TIMEOUT, BODY_TIMEOUT, WRITE_TIMEOUT = 2.0, 2.0, 3.0
 MAX_CONNECTIONS = 40

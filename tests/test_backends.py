@@ -37,6 +37,8 @@ from tests.fake_backend import FakeBackend
 from tests.fake_kernel import script
 from tests.support import REPO, GatewayProcess
 
+pytestmark = pytest.mark.fast
+
 SHIPPED = {
     "docker": "gateway.sandbox.docker:DockerBackend",
     "forkserver": "gateway.sandbox.forkserver.backend:ForkserverBackend",

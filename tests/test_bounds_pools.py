@@ -20,6 +20,8 @@ import pytest
 from tests.fake_kernel import script
 from tests.test_executor_fast import fill_pool, harness, run, single
 
+pytestmark = pytest.mark.fast
+
 MORE_THAN_ANY_MACHINE = 1 << 60
 
 

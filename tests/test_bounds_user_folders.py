@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from gateway.auth import NAME_MAX, TokenTable, check_user_name, is_user_folder, user_folder
 from tests.support import write_tokens
 
+pytestmark = pytest.mark.fast
+
 # Any code point, surrogates included (hypothesis leaves them out unless told), and more
 # often the ones that sit at the mapping's edges: lone surrogates, what `replace` would make
 # of them, the escape character, the dot, separators.

@@ -9,6 +9,8 @@ import pytest
 
 from gateway.budget import ByteBudget
 
+pytestmark = pytest.mark.fast
+
 
 def test_try_take_refuses_past_the_total_and_past_a_share() -> None:
     budget = ByteBudget("test", total=100, per_key=60)

@@ -11,7 +11,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO
+
+pytestmark = pytest.mark.fast
 
 GATEWAY = REPO / "gateway"
 CLIENT_SIDE = (GATEWAY / "client", GATEWAY / "commands")

@@ -10,6 +10,8 @@ from tests.api import assert_error
 from tests.invalid_requests import RUN_FIELD_ERRORS, status_of
 from tests.support import Client, GatewayThread, serving
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def small() -> Any:

@@ -43,6 +43,8 @@ from tests.fake_backend import START_CPU_MS, FakeBackend, FakeSandbox
 from tests.fake_kernel import script
 from tests.support import part_config
 
+pytestmark = pytest.mark.fast
+
 MiB = 1024 * 1024
 SCENARIO_TIMEOUT = 20.0  # a scenario that hangs fails instead of waiting for pytest's timeout
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.execution.collector import Caps, OutputCollector
 from gateway.execution.textcap import HeadTailText
 from tests.api import truncation_marker
+
+pytestmark = pytest.mark.fast
 
 
 def utf8_size(text: str) -> int:

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.jsoncodec import SCAN_PIECE, Document, JsonLimits, parse_json, scan, too_deep
 
+pytestmark = pytest.mark.fast
+
 WIDE = JsonLimits(depth=64, values=10**9)
 
 

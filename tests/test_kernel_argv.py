@@ -12,6 +12,8 @@ from ipykernel.kernelapp import IPKernelApp
 
 from gateway.sandbox.kernelspec import kernel_argv
 
+pytestmark = pytest.mark.fast
+
 
 def test_every_option_of_the_python_kernels_command_line_is_known(
     caplog: pytest.LogCaptureFixture,

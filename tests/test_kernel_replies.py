@@ -10,6 +10,8 @@ import pytest
 
 from gateway.execution.result import exit_code_of
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize(
     ("claimed", "code"),

@@ -8,7 +8,11 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO
+
+pytestmark = pytest.mark.fast
 
 # The gateway's packages and loose modules, bottom first.
 LAYERS: list[set[str]] = [

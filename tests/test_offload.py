@@ -13,6 +13,8 @@ import pytest
 
 from gateway.offload import OWNER, HeavyWork
 
+pytestmark = pytest.mark.fast
+
 
 class Gate:
     """Work that runs until it is let go, saying when it started."""

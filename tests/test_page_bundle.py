@@ -18,8 +18,12 @@ import json
 import shutil
 import subprocess
 
+import pytest
+
 from tests import needs
 from tests.support import REPO
+
+pytestmark = pytest.mark.fast
 
 SOURCES = REPO / "gateway" / "static" / "src"
 DIST = REPO / "gateway" / "static" / "dist"

@@ -13,6 +13,8 @@ import pytest
 from gateway.models.record import IllegalMove, RunRecord, Verdict
 from tests.support import REPO
 
+pytestmark = pytest.mark.fast
+
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 

@@ -12,6 +12,8 @@ from gateway.runs.config import RunServiceConfig
 from gateway.runs.slots import RunSlots
 from tests.support import part_config
 
+pytestmark = pytest.mark.fast
+
 
 async def settle() -> None:
     for _ in range(20):

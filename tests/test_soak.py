@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import require_backend
 from tests.support import REPO
 
-pytestmark = [pytest.mark.attack, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.attack, pytest.mark.serial, pytest.mark.timeout(1500)]
 
 
 def test_a_100_run_soak_leaves_nothing_and_answers_everything(tmp_path: Path) -> None:

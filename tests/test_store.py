@@ -29,6 +29,8 @@ from gateway.store_url import parse_store_url
 from tests.postgres import Server
 from tests.support import free_port, part_config
 
+pytestmark = pytest.mark.fast
+
 Make = Callable[..., RecordStore]
 
 

@@ -23,6 +23,8 @@ from gateway.store.sqlite import SQLiteStore
 from tests.postgres import Server
 from tests.test_store import Make, make, run
 
+pytestmark = pytest.mark.fast
+
 __all__ = ["make"]  # the fixture, on both stores
 
 

@@ -27,7 +27,7 @@ from gateway.uploads.service import UploadService
 from gateway.uploads.shelf import ShelvedUpload, UploadShelf, new_upload_id
 from tests.support import part_config
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.fast]
 
 
 class HeldShelf(UploadShelf):

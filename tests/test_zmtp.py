@@ -28,6 +28,8 @@ from gateway.execution.zmtp import (
     open_channel,
 )
 
+pytestmark = pytest.mark.fast
+
 MiB = 1024 * 1024
 KEY = "a" * 64
 
