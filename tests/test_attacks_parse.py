@@ -29,6 +29,7 @@ import pytest
 from gateway.budget import ByteBudget
 from gateway.offload import OWNER, heavy_work
 from tests import raw_socket
+from tests.api import code_notebook
 from tests.conftest import start_gateway
 from tests.support import (
     Client,
@@ -40,13 +41,11 @@ from tests.support import (
     watching,
     write_tokens,
 )
+from tests.test_attacks_front import BOB, MALLORY, MiB
 
 pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
-MiB = 1024 * 1024
-MALLORY, BOB = "mallory-token-0123456789", "bob-token-0123456789abcd"
 BOB_ANSWERS = 1.0  # seconds: bob's health and his own record, whatever mallory sends
-BUDGET = 512 * MiB  # DESIGN.md's sum of the budgets, with the defaults
 MIN_PROBES = 5
 
 
@@ -273,23 +272,7 @@ def test_many_small_bodies_of_one_user_do_not_hold_the_loop(
 
 def big_notebook(cells: int) -> bytes:
     """A notebook that takes the gateway a while to check (sources, ids, nbformat)."""
-    notebook = {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "id": f"c{i}",
-                "cell_type": "code",
-                "metadata": {"tags": ["a", "b"]},
-                "source": ["x = 1\n"] * 8,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for i in range(cells)
-        ],
-    }
-    return json.dumps(notebook).encode()
+    return json.dumps(code_notebook(*[("x = 1\n" * 8, ["a", "b"])] * cells)).encode()
 
 
 @pytest.fixture
