@@ -203,22 +203,28 @@ def disk_use(folder: Path) -> int:
     return used
 
 
+def ann_and_bobs_workspaces(
+    backend: str, tmp_path: Path, workspace_bytes: int
+) -> tuple[GatewayThread, dict[str, str]]:
+    """A gateway of ann's and bob's, their workspaces under `tmp_path / "ws"` (images of
+    `workspace_bytes`, or plain folders with 0), and their tokens by user."""
+    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
+    server = start_gateway(
+        backend,
+        tokens=tokens,
+        workspaces=tmp_path / "ws",
+        workspace_bytes=workspace_bytes,
+        workspace_inodes=4096,
+    )
+    return server, token_of
+
+
 @pytest.fixture
 def quota_gateway(
     backend_name: str, tmp_path: Path
 ) -> Iterator[tuple[GatewayThread, dict[str, str]]]:
-    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
     (tmp_path / "ws").mkdir()
-    server = start_gateway(
-        backend_name,
-        tokens=tokens,
-        workspaces=tmp_path / "ws",
-        workspace_bytes=QUOTA,
-        workspace_inodes=4096,
-        pool_python=0,
-        pool_bash=0,
-        pool_deno=0,
-    )
+    server, token_of = ann_and_bobs_workspaces(backend_name, tmp_path, QUOTA)
     try:
         yield server, token_of
     finally:
@@ -406,14 +412,7 @@ def test_users_in_their_workspaces_at_once_have_uids_of_their_own(
     was once given the first uid."""
     from gateway.settings import SANDBOX_ID
 
-    tokens, token_of = tokens_for(tmp_path / "etc", "ann", "bob")
-    server = start_gateway(
-        backend_name,
-        tokens=tokens,
-        workspaces=tmp_path / "ws",
-        workspace_bytes=workspace_bytes,
-        workspace_inodes=4096,
-    )
+    server, token_of = ann_and_bobs_workspaces(backend_name, tmp_path, workspace_bytes)
 
     async def both() -> tuple[int, dict[str, Any]]:
         headers = {"Authorization": f"Bearer {token_of['ann']}"}
