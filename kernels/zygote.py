@@ -2,12 +2,15 @@
 request. Runs inside the kernel image's root file system (the gateway starts it there with
 bubblewrap, as root, with every capability), never runs user code and holds no secret.
 
-    python -P /run/forkserver/zygote.py FD KIND SECCOMP_FILE PRELOADS_JSON
+    python -P /run/forkserver/zygote.py FD KIND SECCOMP_FILE WARM_JSON
 
-KIND is `ipykernel` (the Python kernel, imported with our startup code and the preloads),
-`bash` (our bash kernel, imported) or `exec` (nothing imported: each child execs its
-kernel's command line, for Deno and R). Descriptor FD is a SOCK_SEQPACKET socket to the
-gateway, the only way in: each message is one JSON object, descriptors ride along.
+KIND is `ipykernel` (the Python kernel, imported with our startup code and the preloads,
+and built: `kernels.python.prebuilt`), `bash` (our bash kernel, imported) or `exec`
+(nothing imported: each child execs its kernel's command line, for Deno and R). WARM_JSON:
+{"preloads": [module, ...], "argv": the kernel's command line} (for `ipykernel`; its
+environment is this process's own, the kernel's base environment). Descriptor FD is a
+SOCK_SEQPACKET socket to the gateway, the only way in: each message is one JSON object,
+descriptors ride along.
 
     parent -> gateway  {"ready": pid} + the parent's own pidfd         once it is warm
     gateway -> parent  {"op": "spawn", "id"}
@@ -167,8 +170,9 @@ KERNEL_MODULES = (
 )
 
 
-def warm(kind: str, preloads: list[str]) -> None:
-    """Import the kernel, our startup code and the preloads, once, as the kernel would."""
+def warm(kind: str, preloads: list[str], argv: list[str]) -> None:
+    """Import the kernel, our startup code and the preloads, once, as the kernel would;
+    build the Python kernel's application and shell for `argv`."""
     if kind == "ipykernel":
         sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]  # as launch.py
         import importlib
@@ -185,6 +189,9 @@ def warm(kind: str, preloads: list[str]) -> None:
             startup._seed_font_cache()
         if preloads:
             startup.preload(json.dumps(preloads))
+        from kernels.python import prebuilt
+
+        prebuilt.build(argv, WORKDIR)
     elif kind == "bash":
         import kernels.bash.kernel  # noqa: F401
     gc.collect()
@@ -556,11 +563,10 @@ def _kernel(request: dict[str, Any], kind: str) -> None:
     reseed()
     argv = [str(a) for a in request["argv"]]
     if kind == "ipykernel":
-        from ipykernel import kernelapp
+        from kernels.python import prebuilt
 
-        _integrate_preloaded_matplotlib()
         sys.argv = ["ipykernel", *argv]
-        kernelapp.launch_new_instance(argv=argv)
+        prebuilt.launch(argv)
     elif kind == "bash":
         from kernels.bash.__main__ import run
 
@@ -568,24 +574,6 @@ def _kernel(request: dict[str, Any], kind: str) -> None:
         sys.exit(run(argv))
     else:
         os.execve(argv[0], argv, dict(os.environ))  # noqa: S606 - the kernel's own command
-
-
-def _integrate_preloaded_matplotlib() -> None:
-    """The parent imported matplotlib's inline backend before any IPython shell existed, so
-    its hooks (figures shown after each cell) were never installed: install them once the
-    kernel's shell loads our startup extension, as importing the backend in a kernel would."""
-    import kernels.python.startup as startup
-
-    loaded = startup.load_ipython_extension
-
-    def load_ipython_extension(ipython: Any) -> None:
-        loaded(ipython)
-        inline = sys.modules.get("matplotlib_inline.backend_inline")
-        enable = getattr(inline, "_enable_matplotlib_integration", None)
-        if enable is not None:
-            enable()
-
-    startup.load_ipython_extension = load_ipython_extension
 
 
 def reseed() -> None:
@@ -601,12 +589,13 @@ def reseed() -> None:
 
 def main(argv: list[str]) -> None:
     control_fd, kind, seccomp_file = int(argv[0]), argv[1], argv[2]
-    preloads = json.loads(argv[3])
+    warming = json.loads(argv[3])
     with open(seccomp_file, "rb") as program:
         bpf = program.read()
     if "/opt/gateway" not in sys.path:
         sys.path.insert(0, "/opt/gateway")
-    warm(kind, preloads)
+    os.environ.pop("PWD", None)  # bubblewrap's: a kernel's environment has none
+    warm(kind, list(warming["preloads"]), list(warming["argv"]))
     serve(control_fd, kind, bpf)
 
 

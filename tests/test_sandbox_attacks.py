@@ -121,6 +121,7 @@ PLANTED = {
     "kernels/python/__init__.py": "kernels.python",
     "kernels/python/startup.py": "kernels.python.startup",
     "kernels/python/launch.py": "kernels.python.launch",
+    "kernels/python/prebuilt.py": "kernels.python.prebuilt",
     "kernels/bash/__init__.py": "kernels.bash",
     "kernels/bash/__main__.py": "kernels.bash.__main__",
     "kernels/returnfiles.py": "kernels.returnfiles",

@@ -91,7 +91,6 @@ T = TypeVar("T")
 WORKDIR = "/workspace"
 SOCKET_DIR = "/run/kernel"
 CONNECTION_FILE = "/run/gateway/connection.json"
-IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 LABEL_INSTANCE = "gateway.instance"
 LABEL_RUN = "gateway.run"
 KERNEL_LOG = "kernel.log"
@@ -399,9 +398,7 @@ class DockerSandbox(ExitingSandbox[int | None]):
                 self._etc_file("hosts", ETC_HOSTS),
                 self._etc_file("hostname", hostname + "\n"),
             ]
-        env = kernelspec.kernel_env("/tmp", {}, IMAGE_PATH)
-        env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
-        env.update(self.spec.env)
+        env = {**kernelspec.image_env(), **self.spec.env}
         # The kernel's own stdout/stderr (not the user's: those go over ZMQ) land in a file
         # on the 1 MiB socket tmpfs: bounded, and readable when the kernel dies.
         argv = kernelspec.kernel_argv(self.spec.language, "python", CONNECTION_FILE)

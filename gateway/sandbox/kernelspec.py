@@ -16,6 +16,7 @@ from gateway.models.languages import traits
 _CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 CHANNEL_SUFFIXES = tuple(_CHANNELS.values())
 SOCKET_PATH_MAX = 107
+IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"  # in the kernel image
 
 
 def connection_info(prefix: str, key: str) -> dict[str, Any]:
@@ -89,6 +90,15 @@ def kernel_env(home: str, extra: dict[str, str], path: str) -> dict[str, str]:
         "DENO_NO_UPDATE_CHECK": "1",
     }
     env.update(extra)
+    return env
+
+
+def image_env() -> dict[str, str]:
+    """A kernel's environment in the kernel image (Docker's and the forkserver's), before a
+    run's own `env`: the forkserver's warm parent runs in it too, so that what it builds
+    is what a kernel would build."""
+    env = kernel_env("/tmp", {}, IMAGE_PATH)
+    env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
     return env
 
 

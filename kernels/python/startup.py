@@ -340,19 +340,20 @@ def unblock_debugpy() -> None:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    unblock_debugpy()
-    # The kernel starts with `python -P`, so that nothing in the working folder runs while
-    # it starts (our modules are imported by now); user code imports from it, as in Jupyter.
-    if "" not in sys.path:
-        sys.path.insert(0, "")
+    prepare_shell(ipython)
+    attach_kernel(ipython)
+
+
+def prepare_shell(ipython: Any) -> None:
+    """What needs only the shell, once per shell and process-wide patches once per process.
+
+    The forkserver's warm parent calls it when it builds the kernel's shell, before any fork
+    (`kernels.python.prebuilt`); nothing here is any one kernel's own.
+    """
+    if getattr(ipython, "_gateway_prepared", False):
+        return
+    ipython._gateway_prepared = True
     caps.install(ipython)
-    try:
-        _seed_font_cache()
-    except OSError as exc:  # only slower charts: matplotlib builds its own cache
-        print(f"[gateway] no font cache: {exc}", file=sys.stderr)
-    kernel = getattr(ipython, "kernel", None)
-    if kernel is not None and getattr(kernel, "iopub_thread", None) is not None:
-        keep_every_message(kernel.iopub_thread)
     publisher = getattr(ipython, "display_pub", None)
     if publisher is not None and not hasattr(publisher.publish, "__wrapped__"):
         publisher.publish = _with_chart_specs(publisher.publish)
@@ -360,7 +361,24 @@ def load_ipython_extension(ipython: Any) -> None:
     if formatter is not None and not hasattr(formatter.format, "__wrapped__"):
         formatter.format = _formatting_chart_specs(formatter.format)
     warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
-    sys.meta_path.insert(0, _AfterImportFinder())
+    if not any(isinstance(finder, _AfterImportFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImportFinder())
     for name, patch in _AFTER_IMPORT.items():
         if name in sys.modules:
             patch(sys.modules[name])
+
+
+def attach_kernel(ipython: Any) -> None:
+    """What is this kernel's own: in the kernel process, once its sockets exist."""
+    unblock_debugpy()
+    # The kernel starts with `python -P`, so that nothing in the working folder runs while
+    # it starts (our modules are imported by now); user code imports from it, as in Jupyter.
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        _seed_font_cache()
+    except OSError as exc:  # only slower charts: matplotlib builds its own cache
+        print(f"[gateway] no font cache: {exc}", file=sys.stderr)
+    kernel = getattr(ipython, "kernel", None)
+    if kernel is not None and getattr(kernel, "iopub_thread", None) is not None:
+        keep_every_message(kernel.iopub_thread)

@@ -4,7 +4,8 @@ container (README, "What each backend isolates"; DESIGN.md decision 23).
 The backend mounts the kernel image's layers (Docker's overlay2 folders, read-only: the
 same files as a container of that image) once, compiles the seccomp filter once
 (`seccomp.py`), and keeps one warm parent per kind of kernel (`parent.py`,
-`kernels/zygote.py`): `ipykernel` (with our startup code and the preloads imported),
+`kernels/zygote.py`): `ipykernel` (our startup code and the preloads imported, the kernel's
+application and shell built: `kernels/python/prebuilt.py`),
 `bash`, and `exec` for Deno and R, whose kernels are not Python: their child sets up the
 same sandbox and then execs the kernel's command line, as the Docker image would run it.
 
@@ -66,13 +67,19 @@ log = logging.getLogger(__name__)
 
 WORKDIR = "/workspace"
 CONNECTION_FILE = "/run/gateway/connection.json"
-IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 IMAGE_PYTHON = "/opt/venv/bin/python"
 KERNEL_LOG = "kernel.log"
 EXIT_WAIT = 10.0
 PARENT_WORD_WAIT = 2.0  # after a kernel ended: how long its exit status may take to come
 # the kinds of kernel a warm parent imports; the others are exec'd by a child of `exec`
 IMPORTED = ("ipykernel", "bash")
+IMPORTED_ARGV = 4  # what of an imported kernel's command line its parent has run: python -P -m X
+
+
+def python_argv() -> list[str]:
+    """The Python kernel's command line after its module, which its warm parent builds the
+    kernel with (`kernels/python/prebuilt.py`)."""
+    return kernelspec.kernel_argv("python", IMAGE_PYTHON, CONNECTION_FILE)[IMPORTED_ARGV:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +150,7 @@ class ForkserverBackend(SandboxBackend):
                     self.state / "seccomp.bpf",
                     self.config.preload,
                     self.state / f"parent-{kind}.log",
+                    python_argv(),
                 )
             await self.parents["ipykernel"].ensure()  # the others on first use
         except BaseException:
@@ -240,7 +248,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         limits = self.spec.limits
         argv = kernelspec.kernel_argv(self.spec.language, IMAGE_PYTHON, CONNECTION_FILE)
         if self.kind in IMPORTED:
-            argv = argv[4:]  # `python -P -m MODULE`: the parent has imported it
+            argv = argv[IMPORTED_ARGV:]  # `python -P -m MODULE`: the parent has imported it
         return {
             "uid": self.identity.uid,
             "gid": self.identity.gid,
@@ -256,9 +264,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         the HMAC key, its environment), handed to the parent as a descriptor it passes on
         unread: read only by the forked child, so that nothing of it is in the parent's
         memory, which every later fork copies (another tenant's uid and hostname were)."""
-        env = kernelspec.kernel_env("/tmp", {}, IMAGE_PATH)
-        env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
-        env.update(self.spec.env)
+        env = {**kernelspec.image_env(), **self.spec.env}
         connection = kernelspec.connection_info("/run/kernel/s", self.key)
         private = {**request, "connection": connection, "env": env}
         fd = os.memfd_create("kernel-private", os.MFD_CLOEXEC)

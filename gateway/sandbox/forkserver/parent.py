@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import SandboxError
+from gateway.sandbox import kernelspec
 from gateway.sandbox.base import to_the_end
 
 log = logging.getLogger(__name__)
@@ -36,20 +37,6 @@ MAX_MESSAGE = 1 << 16
 READY_TIMEOUT = 120.0
 SPAWN_TIMEOUT = 60.0
 EXIT_TIMEOUT = 10.0  # how long a parent killed at stop may take to be gone
-# the parent's environment: the kernel's (kernelspec.kernel_env) where it shapes imports
-PARENT_ENV = {
-    "PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "PYTHONPATH": "/opt/gateway",
-    "PYTHONUNBUFFERED": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "MPLCONFIGDIR": "/tmp/.mpl",
-    "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache",
-    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-    "TERM": "dumb",
-}
 
 
 class Parent:
@@ -63,6 +50,7 @@ class Parent:
         seccomp: Path,
         preloads: tuple[str, ...],
         log_path: Path,
+        kernel_argv: list[str] | None = None,
     ) -> None:
         self.kind = kind
         self.rootfs = rootfs
@@ -70,6 +58,8 @@ class Parent:
         self.seccomp = seccomp
         self.preloads = preloads if kind == "ipykernel" else ()
         self.log_path = log_path
+        # the Python kernel's command line, which the parent builds its kernel for
+        self.kernel_argv = list(kernel_argv or []) if kind == "ipykernel" else []
         self.process: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None  # the parent's own pid (inside bubblewrap)
         self._pidfd: int | None = None  # the parent's own pidfd, which it sent when ready
@@ -94,7 +84,8 @@ class Parent:
         the parent's /run (files of its tmpfs, not bind mounts: a bind mount's root, a path
         in the host's file system, is in every forked kernel's /proc/self/mountinfo)."""
         command = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
-        for name, value in PARENT_ENV.items():
+        # the kernel's own base environment: what the parent builds is what a kernel would
+        for name, value in kernelspec.image_env().items():
             command += ["--setenv", name, value]
         command += [
             "--ro-bind", str(self.rootfs), "/",
@@ -109,7 +100,8 @@ class Parent:
             "--cap-add", "ALL",
             "--chdir", "/",
             "--",
-            PYTHON, "-P", PROGRAM, str(fd), self.kind, FILTER, json.dumps(list(self.preloads)),
+            PYTHON, "-P", PROGRAM, str(fd), self.kind, FILTER,
+            json.dumps({"preloads": list(self.preloads), "argv": self.kernel_argv}),
         ]  # fmt: skip
         return command
 
