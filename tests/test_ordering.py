@@ -68,11 +68,12 @@ def test_alternating_writes_without_flush_keep_their_order(client: Client, langu
     assert record["stderr"] == "".join(f"e{i}\n" for i in range(100))
 
 
+JS_WARNING = "console.log('before');\nconsole.warn('warning: careful');\nconsole.log('after');"
 WARNING = {
     "python": "import warnings\nprint('before')\nwarnings.warn('careful')\nprint('after')",
     "bash": "echo before\necho 'warning: careful' >&2\necho after",
-    "javascript": "console.log('before');\nconsole.warn('warning: careful');\nconsole.log('after');",
-    "typescript": "console.log('before');\nconsole.warn('warning: careful');\nconsole.log('after');",
+    "javascript": JS_WARNING,
+    "typescript": JS_WARNING,
 }
 
 
@@ -87,14 +88,17 @@ def test_a_warning_between_prints_stays_between_them(client: Client, language: s
     assert record["output"] == "before\n" + outputs[1]["text"] + "after\n"
 
 
+JS_TRACEBACK = (
+    "console.log('o1');\nconsole.error('e1');\nconsole.log('o2');\nthrow new Error('boom');"
+)
 TRACEBACK = {
     "python": (
         "import sys\nprint('o1')\nprint('e1', file=sys.stderr)\nprint('o2')\n"
         "raise ValueError('boom')"
     ),
     "bash": "echo o1\necho e1 >&2\necho o2\ncat /no/such/file",
-    "javascript": "console.log('o1');\nconsole.error('e1');\nconsole.log('o2');\nthrow new Error('boom');",
-    "typescript": "console.log('o1');\nconsole.error('e1');\nconsole.log('o2');\nthrow new Error('boom');",
+    "javascript": JS_TRACEBACK,
+    "typescript": JS_TRACEBACK,
 }
 
 
@@ -147,13 +151,7 @@ def test_bash_a_line_after_a_flood_on_the_other_stream_keeps_its_place(client: C
         record["output"]
         == numbers + "done\nafter\n" + "".join(f"{i}\n" for i in range(1, 51)) + "end\n"
     )
-    assert [o["name"] for o in record["outputs"]] == [
-        "stdout",
-        "stderr",
-        "stdout",
-        "stderr",
-        "stdout",
-    ]
+    assert [o["name"] for o in record["outputs"]] == ["stdout", "stderr"] * 2 + ["stdout"]
 
 
 def test_bash_kernel_idles_after_a_flood(client: Client) -> None:

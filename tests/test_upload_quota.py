@@ -28,14 +28,8 @@ COUNT, BYTES = 3, 100_000
 
 @pytest.fixture(scope="module")
 def uploads() -> Iterator[GatewayThread]:
-    server = start_gateway(
-        "local",
-        users=TOKENS,
-        allow_uploads=True,
-        max_uploads_per_user=COUNT,
-        max_upload_store_bytes_per_user=BYTES,
-    )
-    yield from serving(server)
+    limits = {"max_uploads_per_user": COUNT, "max_upload_store_bytes_per_user": BYTES}
+    yield from serving(start_gateway("local", users=TOKENS, allow_uploads=True, **limits))
 
 
 def client_of(server: GatewayThread, user: str) -> Client:
