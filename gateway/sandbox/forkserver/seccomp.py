@@ -323,6 +323,10 @@ def compile_filter() -> bytes:
     import pyseccomp as seccomp
 
     rules = seccomp.SyscallFilter(seccomp.ERRNO(errno.EPERM))
+    # a binary tree of syscall numbers, not a list: each of the kernel's system calls is
+    # found in about 9 comparisons, and the filter loads in 0.14 ms, not 0.33 (measured
+    # 2026-12-06; bench/README.md)
+    rules.set_attr(seccomp.Attr.CTL_OPTIMIZE, 2)
     for name in ALLOWED:
         try:
             rules.add_rule(seccomp.ALLOW, name)
