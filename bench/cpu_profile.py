@@ -29,9 +29,9 @@ sample is then attributed to its thread as well (`perf script -F comm,pid,tid`, 
 tree from perf's fork events): the gateway's threads by name (its main thread is the
 asyncio loop; Python threads all bear the interpreter's name, so `asyncio.to_thread` and
 the executors' workers are one group), the warm parents, the forked kernels' processes
-(the first child, pid 1 of the sandbox, the kernel) and the kernel's threads (its main
-thread, ZMQbg/IO, ZMQbg/Reaper, its other Python threads), the host kernel's threads and
-every other process on the machine by name.
+(pid 1 of the sandbox, the kernel, and a first child where an older zygote makes one)
+and the kernel's threads (its main thread, ZMQbg/IO, ZMQbg/Reaper, its other Python
+threads), the host kernel's threads and every other process on the machine by name.
 
 Prints a table (ms of CPU per run) and writes JSON to bench/results/. A script, not a test:
 nothing is asserted.

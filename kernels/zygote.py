@@ -28,10 +28,11 @@ descriptors ride along.
                        or {"id", "error"}
     parent -> gateway  {"exit": pid, "status": wait status}    when a kernel ends
 
-Each kernel is made in this order, all before it reads its first message (`_first`,
-`_init`, `_drop`, `_kernel`): read the request; join the sandbox's cgroups; unshare mount,
-UTS, IPC, PID, cgroup (and, without `network`, net) namespaces; fork (the child is pid 1 of
-the new PID namespace: its descendants die with it); make every mount private; detach the
+Each kernel is made in this order, all before it reads its first message (`spawn`,
+`_init`, `_drop`, `_kernel`): fork into a new PID namespace (the child is its pid 1: its
+descendants die with it; the parent's own later children are in its namespace again); read
+the request; join the sandbox's cgroups; unshare mount, UTS, IPC, cgroup (and, without
+`network`, net) namespaces; make every mount private; detach the
 parent's /proc, /run, /tmp and /dev/pts, then a fresh /proc, /run, /tmp, /dev/shm, /dev/pts,
 working folder and socket folder (tmpfs, the operator's sizes);
 the hostname; the connection file; then drop to the sandbox uid/gid with no supplementary
@@ -49,6 +50,7 @@ import gc
 import json
 import os
 import random
+import select
 import selectors
 import signal
 import socket
@@ -96,6 +98,7 @@ CONNECTION_FILE = f"{GATEWAY_DIR}/connection.json"
 KERNEL_LOG = f"{SOCKET_DIR}/kernel.log"
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_OWN_PID_NAMESPACE = -1  # this parent's PID namespace, opened by `main`
 
 
 class _SockFilter(ctypes.Structure):
@@ -202,7 +205,7 @@ def warm(kind: str, preloads: list[str], argv: list[str]) -> None:
 
 
 def serve(control_fd: int, kind: str, bpf: bytes) -> None:
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # every kernel's pid 1 is reparented here
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # an orphan of a kernel being made is reaped here
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # bubblewrap, and so the gateway, gone: end
     control = socket.socket(fileno=control_fd)
     control.set_inheritable(False)
@@ -270,60 +273,66 @@ def spawn(
     ident: object, descriptors: list[int], kind: str, bpf: bytes
 ) -> tuple[dict[str, Any], list[int]]:
     """Fork one sandboxed kernel (its request is in the last of `descriptors`, read by the
-    child only); its pid (this namespace's) and its two folders."""
+    child only): its pid 1, forked straight into a new PID namespace; its pid (this
+    namespace's) and its two folders."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    me = os.getpid()
+    alive = os.pidfd_open(os.getpid())  # readable once this parent has ended
     try:
-        first = os.fork()
-        if first == 0:
+        init = _fork_into_new_pid_namespace()
+        if init == 0:
             code = 70
             try:
-                # Dies with this parent until it has forked its pid 1 and gone: a parent that
-                # dies mid-fork leaves no first child carrying on; the pid 1 it may have made
-                # by then is in the sandbox's cgroup, where the gateway kills it
+                # Dies with this parent until it is in the sandbox's cgroups (where the
+                # gateway kills it if this parent dies before its answer): a parent that
+                # dies mid-fork leaves no pid 1 carrying on outside them
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                if os.getppid() != me:  # it died already
+                if select.select([alive], [], [], 0)[0]:  # it died already
                     os._exit(code)
-                keep = {theirs.fileno(), *descriptors}
-                _close_all_but(keep)
-                _first(descriptors, kind, bpf, theirs)
-                code = 0
+                _close_all_but({theirs.fileno(), *descriptors})
+                code = _init(descriptors, kind, bpf, theirs)
             except BaseException:
                 _tell(theirs, {"error": traceback.format_exc(limit=4)})
             finally:
                 os._exit(code)
         theirs.close()
         ours.settimeout(30)
-        os.waitpid(first, 0)
-        pid: int | None = None
         told: dict[str, Any] = {}
         fds: list[int] = []
         try:
-            while pid is None or not told:  # the two messages may come in either order
-                data, got, _, _ = socket.recv_fds(ours, MAX_MESSAGE, 4)
-                if not data:
-                    told = told or {"error": "the sandbox died while it was set up"}
-                    break
-                message = json.loads(data)
-                fds += got
-                if "pid" in message:
-                    pid = int(message["pid"])
-                else:
-                    told = message
+            data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, 4)
+            told = json.loads(data) if data else {"error": "the sandbox died while it was set up"}
         except (OSError, ValueError) as exc:
             told = {"error": f"no word from the sandbox: {exc}"}
-        if "error" in told or len(fds) != 2 or pid is None:
+        if "error" in told or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGKILL)  # reaped by `_reap`, like any child
             return {"id": ident, "error": told.get("error", "no folders")}, []
         # its pidfd, opened before the answer: this process reaps the kernel's pid 1, so the
         # pid still names it, and the gateway never signals a number that may be reused
-        return {"id": ident, "pid": pid}, [*fds, os.pidfd_open(pid)]
+        return {"id": ident, "pid": init}, [*fds, os.pidfd_open(init)]
     finally:
+        os.close(alive)
         ours.close()
+
+
+def _fork_into_new_pid_namespace() -> int:
+    """`os.fork()`, the child pid 1 of a new PID namespace (its descendants die with it);
+    this process's own later children are in its own namespace again."""
+    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    try:
+        pid = os.fork()
+    except BaseException:
+        _own_pid_namespace_again()
+        raise
+    if pid != 0:
+        _own_pid_namespace_again()
+    return pid
+
+
+def _own_pid_namespace_again() -> None:
+    _check(_libc.setns(_OWN_PID_NAMESPACE, CLONE_NEWPID), "setns(CLONE_NEWPID)")
 
 
 def _tell(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -346,9 +355,11 @@ def _close_all_but(keep: set[int]) -> None:
 # --- the sandbox ---------------------------------------------------------------------------
 
 
-def _first(fds: list[int], kind: str, bpf: bytes, sock: socket.socket) -> None:
-    """The first child: reads its request, joins the cgroups, unshares the namespaces, forks
-    pid 1 of them. `fds`: the cgroups' `cgroup.procs`, [the workspace,] the request."""
+def _init(fds: list[int], kind: str, bpf: bytes, sock: socket.socket) -> int:
+    """Pid 1 of the sandbox: reads its request, joins the cgroups, unshares the other
+    namespaces, sets the sandbox up, drops every privilege, forks the kernel, then reaps
+    orphans until the kernel ends, and ends with the kernel's status. `fds`: the cgroups'
+    `cgroup.procs`, [the workspace,] the request."""
     *rest, private = fds
     with os.fdopen(private, "rb") as kernels_own:  # read in the child only, never the parent
         request: dict[str, Any] = json.loads(kernels_own.read())
@@ -356,28 +367,14 @@ def _first(fds: list[int], kind: str, bpf: bytes, sock: socket.socket) -> None:
     for fd in rest[:count]:
         os.write(fd, b"0")
         os.close(fd)
+    # in the sandbox's cgroups: from here the gateway kills it if no answer comes, and it
+    # outlives a parent that dies later, as a kernel does
+    _prctl(PR_SET_PDEATHSIG, 0)
     workspace = rest[count] if len(rest) > count else None
-    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWCGROUP
+    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP
     if not request.get("network"):
         flags |= CLONE_NEWNET
     _check(_libc.unshare(flags), "unshare")
-    init = os.fork()
-    if init == 0:
-        code = 70
-        try:
-            code = _init(request, kind, bpf, sock, workspace)
-        except BaseException:
-            _tell(sock, {"error": traceback.format_exc(limit=4)})
-        finally:
-            os._exit(code)
-    _tell(sock, {"pid": init})
-
-
-def _init(
-    request: dict[str, Any], kind: str, bpf: bytes, sock: socket.socket, workspace: int | None
-) -> int:
-    """Pid 1 of the sandbox: sets it up, drops every privilege, forks the kernel, then reaps
-    orphans until the kernel ends, and ends with the kernel's status."""
     uid, gid = int(request["uid"]), int(request["gid"])
     tmp, work = int(request["tmp_bytes"]), int(request["work_bytes"])
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
@@ -595,6 +592,8 @@ def main(argv: list[str]) -> None:
     if "/opt/gateway" not in sys.path:
         sys.path.insert(0, "/opt/gateway")
     os.environ.pop("PWD", None)  # bubblewrap's: a kernel's environment has none
+    global _OWN_PID_NAMESPACE
+    _OWN_PID_NAMESPACE = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     warm(kind, list(warming["preloads"]), list(warming["argv"]))
     serve(control_fd, kind, bpf)
 
