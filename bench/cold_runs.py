@@ -2,13 +2,14 @@
 
 Measures, side by side in one process (median and percentiles of N runs each):
   - POST /v1/runs `print(1)` and a matplotlib chart, on the local and Docker backends;
-  - POST /v1/runs `console.log(1)` in JavaScript (Deno's kernel behind kernels/deno/relay.py);
-  - sandbox creation to kernel ready (`start_session`), per backend, for Python and Deno;
+  - POST /v1/runs `console.log(1)` in JavaScript (Deno's kernel behind kernels/deno/relay.py),
+    and `print(1)` in R on the backends that run the kernel image (Docker, forkserver);
+  - sandbox creation to kernel ready (`start_session`), per backend, for Python, Deno and R;
   - the peer: jupyter_client's stock KernelManager (start, wait_for_ready, execute
     `print(1)`, shutdown) for the same local ipykernel, the path DESIGN.md decision 2 avoids.
 Ratios are against the local backend's `print(1)`. Results also go to bench/results/.
 
-    .venv/bin/python bench/cold_runs.py [--runs 20] [--backends local,docker]
+    .venv/bin/python bench/cold_runs.py [--runs 20] [--backends local,docker,forkserver]
 """
 
 from __future__ import annotations
@@ -117,6 +118,14 @@ def main() -> int:
             results[f"{backend} deno start-to-ready"] = percentiles(
                 time_ready(server, args.runs, "javascript")
             )
+            if backend != "local":  # R is in the kernel image, not on this machine
+                server.client().run(code="print(0)", language="r")
+                results[f"{backend} r print(1)"] = percentiles(
+                    time_runs(server, "print(1)", args.runs, "r")
+                )
+                results[f"{backend} r start-to-ready"] = percentiles(
+                    time_ready(server, args.runs, "r")
+                )
         finally:
             server.stop()
     results["peer: jupyter_client KernelManager print(1)"] = percentiles(
