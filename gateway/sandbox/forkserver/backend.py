@@ -54,7 +54,12 @@ from gateway.sandbox.base import (
 from gateway.sandbox.cgroup import Cgroup, GroupedSandbox
 from gateway.sandbox.docker import ETC_HOSTS
 from gateway.sandbox.forkserver.parent import Parent
-from gateway.sandbox.forkserver.rootfs import image_layers, mount_rootfs, probe_rootfs
+from gateway.sandbox.forkserver.rootfs import (
+    image_layers,
+    mount_rootfs,
+    probe_rootfs,
+    stale_kernel_code,
+)
 from gateway.sandbox.forkserver.seccomp import write_filter
 from gateway.sandbox.mounts import clone_tree, remove_tree
 from gateway.sandbox.readback import read_files
@@ -138,6 +143,15 @@ class ForkserverBackend(SandboxBackend):
             (top / "etc/hosts").write_text(ETC_HOSTS, encoding="utf-8")
             (top / "etc/hostname").write_text("", encoding="utf-8")  # each child binds its own
             await asyncio.to_thread(mount_rootfs, [str(top), *layers], self.rootfs)
+            ours = Path(kernels.__file__).parent
+            stale = await asyncio.to_thread(stale_kernel_code, self.rootfs, ours)
+            if stale:
+                raise RuntimeError(
+                    f"The kernel image {self.config.docker_image} holds other kernel code than "
+                    f"this gateway ({len(stale)} of kernels/ differ: {', '.join(stale[:3])}): "
+                    "build it from this checkout (docker/build.sh prints its tag) and start "
+                    "with that tag (--docker-image)."
+                )
             await asyncio.to_thread(write_filter, str(self.state / "seccomp.bpf"))
             program = self.state / "zygote.py"
             shutil.copyfile(Path(kernels.__file__).parent / "zygote.py", program)

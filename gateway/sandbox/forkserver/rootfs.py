@@ -81,3 +81,29 @@ def mount_rootfs(layers: list[str], target: Path) -> None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+IMAGE_KERNELS = "opt/gateway/kernels"  # where the image holds our `kernels` package
+
+
+def stale_kernel_code(rootfs: Path, ours: Path) -> list[str]:
+    """The files of our `kernels` package (`ours`) that the image mounted at `rootfs` holds
+    otherwise, or not at all: the warm parent runs this gateway's `zygote.py` over the
+    image's `kernels`, so both must come from one checkout. A file of the image that is a
+    link counts as a difference, not followed (its target would be read on the host; the
+    folders above are the operator's own build's)."""
+    theirs = rootfs / IMAGE_KERNELS
+    differ = []
+    for path in sorted(ours.rglob("*.py")):
+        relative = path.relative_to(ours)
+        if "__pycache__" in relative.parts:
+            continue
+        try:
+            fd = os.open(theirs / relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            differ.append(str(relative))
+            continue
+        with open(fd, "rb") as image_file:
+            if image_file.read() != path.read_bytes():
+                differ.append(str(relative))
+    return differ
