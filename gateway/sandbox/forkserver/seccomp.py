@@ -6,7 +6,8 @@ Compared with Docker's default profile (moby's `profiles/seccomp/default.json`) 
 container with every capability dropped, this filter allows the same system calls minus
 `ptrace`, `process_vm_readv`/`writev` and the `io_uring_*` calls (Docker allows those; no
 kernel needs them), for the native architecture only (Docker also admits 32-bit x86 and
-x32 calls; here they are killed). As in Docker's: `socket` for any family but AF_VSOCK,
+x32 calls; here they are killed). As in Docker's: `socket` for any family but AF_VSOCK
+(checked on the whole register, where Docker's rule misses a family with high bits set),
 `personality` for the five harmless personas only, `clone` without any namespace flag,
 `clone3` answered ENOSYS (so the C library falls back to `clone`, whose flags a filter can
 see), and everything else EPERM: `mount`, `unshare`, `setns`, `bpf`, `perf_event_open`,
@@ -313,6 +314,7 @@ ALLOWED = [
     "modify_ldt",
 ]
 AF_VSOCK = 40
+AF_MAX = 46  # Linux 6.x: AF_MCTP (45) is the last family
 PERSONAS = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)  # Docker's: linux, linux32 and queries
 # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET: none may be set
 NAMESPACE_FLAGS = 0x7E020000
@@ -332,7 +334,13 @@ def compile_filter() -> bytes:
             rules.add_rule(seccomp.ALLOW, name)
         except (RuntimeError, ValueError, OSError):  # unknown to this libseccomp
             continue
-    rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.NE, AF_VSOCK))
+    # Every family but AF_VSOCK, compared as the 64-bit register the call passes: Docker's
+    # `!= 40` lets 0x1_0000_0028 through, which the kernel reads as the int 40, AF_VSOCK;
+    # here the families below it, then those above it one by one (a family the kernel does
+    # not know is EPERM rather than EAFNOSUPPORT)
+    rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.LT, AF_VSOCK))
+    for family in range(AF_VSOCK + 1, AF_MAX):
+        rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.EQ, family))
     for persona in PERSONAS:
         rules.add_rule(seccomp.ALLOW, "personality", seccomp.Arg(0, seccomp.EQ, persona))
     rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, NAMESPACE_FLAGS, 0))
