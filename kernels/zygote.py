@@ -50,7 +50,6 @@ import gc
 import json
 import os
 import random
-import select
 import selectors
 import signal
 import socket
@@ -276,9 +275,12 @@ def spawn(
     child only): its pid 1, forked straight into a new PID namespace; its pid (this
     namespace's) and its two folders."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    alive = os.pidfd_open(os.getpid())  # readable once this parent has ended
+    me = os.getpid()
     try:
-        init = _fork_into_new_pid_namespace()
+        try:
+            init = _fork_into_new_pid_namespace()
+        except OSError as exc:  # no namespace or no process to be had: this kernel fails
+            return {"id": ident, "error": f"the sandbox could not be forked: {exc}"}, []
         if init == 0:
             code = 70
             try:
@@ -286,12 +288,14 @@ def spawn(
                 # gateway kills it if this parent dies before its answer): a parent that
                 # dies mid-fork leaves no pid 1 carrying on outside them
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                if select.select([alive], [], [], 0)[0]:  # it died already
+                if _parent() != me:  # it died before the death signal was asked for
                     os._exit(code)
                 _close_all_but({theirs.fileno(), *descriptors})
                 code = _init(descriptors, kind, bpf, theirs)
             except BaseException:
-                _tell(theirs, {"error": traceback.format_exc(limit=4)})
+                report = traceback.format_exc(limit=4)
+                if not _tell(theirs, {"error": report}):  # told "ready" and closed: its log
+                    os.write(2, report.encode())
             finally:
                 os._exit(code)
         theirs.close()
@@ -313,7 +317,6 @@ def spawn(
         # pid still names it, and the gateway never signals a number that may be reused
         return {"id": ident, "pid": init}, [*fds, os.pidfd_open(init)]
     finally:
-        os.close(alive)
         ours.close()
 
 
@@ -332,12 +335,26 @@ def _fork_into_new_pid_namespace() -> int:
 
 
 def _own_pid_namespace_again() -> None:
-    _check(_libc.setns(_OWN_PID_NAMESPACE, CLONE_NEWPID), "setns(CLONE_NEWPID)")
+    # Cannot fail (its own namespace, with every capability); if it did, a later child
+    # would be in the namespace of the kernel before: end here rather than go on
+    if _libc.setns(_OWN_PID_NAMESPACE, CLONE_NEWPID) != 0:
+        os.abort()
 
 
-def _tell(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    with contextlib.suppress(OSError):
+def _parent() -> int:
+    """This process's parent, as the parent's namespace numbers it: `os.getppid()` is 0 in
+    pid 1 of a new PID namespace, but the parent's /proc (still mounted) knows."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return int(fields[1])  # after the state: ppid
+
+
+def _tell(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> bool:
+    try:
         socket.send_fds(sock, [json.dumps(message).encode()], fds or [])
+    except OSError:
+        return False
+    return True
 
 
 def _close_all_but(keep: set[int]) -> None:

@@ -98,6 +98,7 @@ def test_each_forked_kernel_starts_from_the_built_empty_state(forked: GatewayThr
 SHELL = """\
 import os, sys
 import matplotlib, matplotlib.pyplot
+from IPython.core.application import BaseIPythonApplication
 from matplotlib_inline.backend_inline import InlineBackend
 ip = get_ipython()
 png = ip.display_formatter.formatters['image/png'].type_printers
@@ -127,6 +128,8 @@ result = {
     'hooks': [type(sys.displayhook).__name__, type(sys.stdout).__name__,
               type(sys.stderr).__name__],
     'count': ip.execution_count,
+    # an IPython application the user makes parses its own command line and config
+    'base_initialize': BaseIPythonApplication.initialize.__name__,
 }
 """
 

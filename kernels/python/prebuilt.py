@@ -95,10 +95,15 @@ def launch(argv: list[str]) -> None:
         shell.kernel = app.kernel  # before the extensions: ours reads the kernel's iopub
 
     app.init_kernel = init_kernel
-    # `IPKernelApp.initialize` first calls its base's, which the parent ran: in this child
-    # (a process of its own), the base's is done
+    # `IPKernelApp.initialize` first calls its base's, which the parent ran: while it runs
+    # in this child, the base's is done (and is the base's again after: an IPython
+    # application the user makes in the kernel parses its own command line)
+    base_initialize = BaseIPythonApplication.initialize
     BaseIPythonApplication.initialize = _done  # type: ignore[method-assign]
-    app.initialize(argv)
+    try:
+        app.initialize(argv)
+    finally:
+        BaseIPythonApplication.initialize = base_initialize  # type: ignore[method-assign]
     app.start()
 
 
@@ -109,9 +114,11 @@ def _done(self: Any, argv: Any = None) -> None:
 def _launch_unbuilt(argv: list[str]) -> None:
     kernelapp.IPKernelApp.clear_instance()
     ZMQInteractiveShell.clear_instance()
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    if inline is not None:  # its settings are the built shell's: the new one makes its own
+        inline.InlineBackend.clear_instance()
     # matplotlib's inline backend chooses a shell's figure formats once per process (a
     # function attribute, so as not to undo a user's choice): the new shell needs its own
-    inline = sys.modules.get("matplotlib_inline.backend_inline")
     with contextlib.suppress(AttributeError):
         del inline.configure_inline_support.current_backend  # type: ignore[union-attr]
     _integrate_preloaded_matplotlib()
