@@ -79,12 +79,14 @@ from gateway.sandbox.docker_events import ExitWatcher
 from gateway.sandbox.environment import EnvironmentCache, read_from_image
 from gateway.sandbox.mounts import bind_fd, mount_tmpfs, remove_tree
 from gateway.sandbox.readback import read_files
+from gateway.sandbox.seccomp import docker_profile
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
 from gateway.sandbox.tenancy import Identity, Tenancy, TenancyConfig
 from gateway.sandbox.workspace import open_workspace
 
 log = logging.getLogger(__name__)
+SECCOMP_PROFILE = docker_profile()  # JSON, the same filter as a forked kernel's
 
 T = TypeVar("T")
 
@@ -411,7 +413,8 @@ class DockerSandbox(ExitingSandbox[int | None]):
             mounts=mounts,
             init=True,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            # our filter, not the engine's default (its `socket` rule lets AF_VSOCK by)
+            security_opt=["no-new-privileges", f"seccomp={SECCOMP_PROFILE}"],
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,
             pids_limit=limits.pids,

@@ -60,9 +60,9 @@ from gateway.sandbox.forkserver.rootfs import (
     probe_rootfs,
     stale_kernel_code,
 )
-from gateway.sandbox.forkserver.seccomp import write_filter
 from gateway.sandbox.mounts import clone_tree, remove_tree
 from gateway.sandbox.readback import read_files
+from gateway.sandbox.seccomp import write_filter
 from gateway.sandbox.sockets import secure_sockets
 from gateway.sandbox.staging import write_staged_files
 from gateway.sandbox.tenancy import Identity, Tenancy, TenancyConfig

@@ -18,8 +18,10 @@ see), and everything else EPERM: `mount`, `unshare`, `setns`, `bpf`, `perf_event
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
+from typing import Any
 
 # The unconditional part of Docker's default allowlist, less the io_uring calls (names the
 # installed libseccomp does not know are skipped: their numbers are then denied).
@@ -352,6 +354,35 @@ def compile_filter() -> bytes:
     if not program or len(program) % 8:
         raise RuntimeError("libseccomp made no usable filter")
     return program
+
+
+def docker_profile() -> str:
+    """The same filter as a Docker seccomp profile (JSON, for `--security-opt seccomp=`):
+    the Docker backend's containers get it instead of the engine's default, whose `socket`
+    rule has the AF_VSOCK hole above."""
+
+    def rule(names: list[str], *args: dict[str, int | str], **action: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {"names": names, "action": "SCMP_ACT_ALLOW", **action}
+        if args:
+            found["args"] = list(args)
+        return found
+
+    def arg(op: str, value: int, value_two: int = 0) -> dict[str, int | str]:
+        return {"index": 0, "value": value, "valueTwo": value_two, "op": op}
+
+    rules = [rule(list(ALLOWED))]
+    rules.append(rule(["socket"], arg("SCMP_CMP_LT", AF_VSOCK)))
+    rules += [rule(["socket"], arg("SCMP_CMP_EQ", f)) for f in range(AF_VSOCK + 1, AF_MAX)]
+    rules += [rule(["personality"], arg("SCMP_CMP_EQ", p)) for p in PERSONAS]
+    rules.append(rule(["clone"], arg("SCMP_CMP_MASKED_EQ", NAMESPACE_FLAGS, 0)))
+    rules.append(rule(["clone3"], action="SCMP_ACT_ERRNO", errnoRet=errno.ENOSYS))
+    profile = {
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "defaultErrnoRet": errno.EPERM,
+        "architectures": ["SCMP_ARCH_X86_64"],
+        "syscalls": rules,
+    }
+    return json.dumps(profile, separators=(",", ":"))
 
 
 def write_filter(path: str) -> None:
