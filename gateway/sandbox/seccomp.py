@@ -17,6 +17,7 @@ see), and everything else EPERM: `mount`, `unshare`, `setns`, `bpf`, `perf_event
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -322,33 +323,56 @@ PERSONAS = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)  # Docker's: linux, linux32 
 NAMESPACE_FLAGS = 0x7E020000
 
 
-def compile_filter() -> bytes:
-    """The filter as classic BPF (struct sock_filter, native byte order)."""
-    import pyseccomp as seccomp
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One rule of the filter: `name` allowed (or answered `errno`), when argument 0
+    compares as `op` (`LT`, `EQ`, `MASKED_EQ`: `(arg & value) == value_two`) with `value`."""
 
-    rules = seccomp.SyscallFilter(seccomp.ERRNO(errno.EPERM))
-    # a binary tree of syscall numbers, not a list: each of the kernel's system calls is
-    # found in about 9 comparisons, and the filter loads in 0.14 ms, not 0.33 (measured
-    # 2026-12-06; bench/README.md)
-    rules.set_attr(seccomp.Attr.CTL_OPTIMIZE, 2)
-    for name in ALLOWED:
-        try:
-            rules.add_rule(seccomp.ALLOW, name)
-        except (RuntimeError, ValueError, OSError):  # unknown to this libseccomp
-            continue
+    name: str
+    op: str | None = None
+    value: int = 0
+    value_two: int = 0
+    errno: int | None = None
+
+
+def rules() -> list[Rule]:
+    """The whole filter, past its default (EPERM), as data: compiled for the forked kernels
+    (`compile_filter`) and written as a Docker profile (`docker_profile`) from this one list,
+    so the two backends cannot drift apart."""
+    found = [Rule(name) for name in ALLOWED]
     # Every family but AF_VSOCK, compared as the 64-bit register the call passes: Docker's
     # `!= 40` lets 0x1_0000_0028 through, which the kernel reads as the int 40, AF_VSOCK;
     # here the families below it, then those above it one by one (a family the kernel does
     # not know is EPERM rather than EAFNOSUPPORT)
-    rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.LT, AF_VSOCK))
-    for family in range(AF_VSOCK + 1, AF_MAX):
-        rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.EQ, family))
-    for persona in PERSONAS:
-        rules.add_rule(seccomp.ALLOW, "personality", seccomp.Arg(0, seccomp.EQ, persona))
-    rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, NAMESPACE_FLAGS, 0))
-    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    found.append(Rule("socket", "LT", AF_VSOCK))
+    found += [Rule("socket", "EQ", family) for family in range(AF_VSOCK + 1, AF_MAX)]
+    found += [Rule("personality", "EQ", persona) for persona in PERSONAS]
+    found.append(Rule("clone", "MASKED_EQ", NAMESPACE_FLAGS, 0))
+    found.append(Rule("clone3", errno=errno.ENOSYS))
+    return found
+
+
+def compile_filter() -> bytes:
+    """The filter as classic BPF (struct sock_filter, native byte order)."""
+    import pyseccomp as seccomp
+
+    program_rules = seccomp.SyscallFilter(seccomp.ERRNO(errno.EPERM))
+    # a binary tree of syscall numbers, not a list: each of the kernel's system calls is
+    # found in about 9 comparisons, and the filter loads in 0.14 ms, not 0.33 (measured
+    # 2026-12-06; bench/README.md)
+    program_rules.set_attr(seccomp.Attr.CTL_OPTIMIZE, 2)
+    for rule in rules():
+        action = seccomp.ALLOW if rule.errno is None else seccomp.ERRNO(rule.errno)
+        args = []
+        if rule.op is not None:
+            args.append(seccomp.Arg(0, getattr(seccomp, rule.op), rule.value, rule.value_two))
+        try:
+            program_rules.add_rule(action, rule.name, *args)
+        except (RuntimeError, ValueError, OSError):  # a call unknown to this libseccomp
+            if rule.op is not None or rule.errno is not None:
+                raise  # only plain names may be unknown: a rule with terms must hold
     with tempfile.TemporaryFile() as out:
-        rules.export_bpf(out)
+        program_rules.export_bpf(out)
         out.seek(0)
         program = out.read()
     if not program or len(program) % 8:
@@ -360,27 +384,23 @@ def docker_profile() -> str:
     """The same filter as a Docker seccomp profile (JSON, for `--security-opt seccomp=`):
     the Docker backend's containers get it instead of the engine's default, whose `socket`
     rule has the AF_VSOCK hole above."""
-
-    def rule(names: list[str], *args: dict[str, int | str], **action: Any) -> dict[str, Any]:
-        found: dict[str, Any] = {"names": names, "action": "SCMP_ACT_ALLOW", **action}
-        if args:
-            found["args"] = list(args)
-        return found
-
-    def arg(op: str, value: int, value_two: int = 0) -> dict[str, int | str]:
-        return {"index": 0, "value": value, "valueTwo": value_two, "op": op}
-
-    rules = [rule(list(ALLOWED))]
-    rules.append(rule(["socket"], arg("SCMP_CMP_LT", AF_VSOCK)))
-    rules += [rule(["socket"], arg("SCMP_CMP_EQ", f)) for f in range(AF_VSOCK + 1, AF_MAX)]
-    rules += [rule(["personality"], arg("SCMP_CMP_EQ", p)) for p in PERSONAS]
-    rules.append(rule(["clone"], arg("SCMP_CMP_MASKED_EQ", NAMESPACE_FLAGS, 0)))
-    rules.append(rule(["clone3"], action="SCMP_ACT_ERRNO", errnoRet=errno.ENOSYS))
+    plain = [rule.name for rule in rules() if rule.op is None and rule.errno is None]
+    syscalls: list[dict[str, Any]] = [{"names": plain, "action": "SCMP_ACT_ALLOW"}]
+    for rule in rules():
+        if rule.op is None and rule.errno is None:
+            continue
+        entry: dict[str, Any] = {"names": [rule.name], "action": "SCMP_ACT_ALLOW"}
+        if rule.errno is not None:
+            entry.update(action="SCMP_ACT_ERRNO", errnoRet=rule.errno)
+        if rule.op is not None:
+            compare = {"index": 0, "value": rule.value, "valueTwo": rule.value_two}
+            entry["args"] = [{**compare, "op": f"SCMP_CMP_{rule.op}"}]
+        syscalls.append(entry)
     profile = {
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": errno.EPERM,
         "architectures": ["SCMP_ARCH_X86_64"],
-        "syscalls": rules,
+        "syscalls": syscalls,
     }
     return json.dumps(profile, separators=(",", ":"))
 
