@@ -36,6 +36,7 @@ from typing import Any
 
 import kernels
 from gateway.errors import SandboxError
+from gateway.models.common import Language
 from gateway.models.languages import traits
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
@@ -78,13 +79,14 @@ EXIT_WAIT = 10.0
 PARENT_WORD_WAIT = 2.0  # after a kernel ended: how long its exit status may take to come
 # the kinds of kernel a warm parent imports; the others are exec'd by a child of `exec`
 IMPORTED = ("ipykernel", "bash")
-IMPORTED_ARGV = 4  # what of an imported kernel's command line its parent has run: python -P -m X
 
 
-def python_argv() -> list[str]:
-    """The Python kernel's command line after its module, which its warm parent builds the
-    kernel with (`kernels/python/prebuilt.py`)."""
-    return kernelspec.kernel_argv("python", IMAGE_PYTHON, CONNECTION_FILE)[IMPORTED_ARGV:]
+def kernel_argv(language: Language, imported: bool) -> list[str]:
+    """A kernel's command line in the image; of an `imported` one, what follows `python -P
+    -m MODULE` (its parent has imported the module, and the Python one builds its kernel
+    for exactly this: `kernels/python/prebuilt.py`)."""
+    argv = kernelspec.kernel_argv(language, IMAGE_PYTHON, CONNECTION_FILE)
+    return argv[4:] if imported else argv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +156,7 @@ class ForkserverBackend(SandboxBackend):
                 )
             await asyncio.to_thread(write_filter, str(self.state / "seccomp.bpf"))
             program = self.state / "zygote.py"
-            shutil.copyfile(Path(kernels.__file__).parent / "zygote.py", program)
+            shutil.copyfile(ours / "zygote.py", program)
             program.chmod(0o444)
             for kind in (*IMPORTED, "exec"):
                 self.parents[kind] = Parent(
@@ -164,7 +166,7 @@ class ForkserverBackend(SandboxBackend):
                     self.state / "seccomp.bpf",
                     self.config.preload,
                     self.state / f"parent-{kind}.log",
-                    python_argv(),
+                    kernel_argv("python", imported=True),
                 )
             await self.parents["ipykernel"].ensure()  # the others on first use
         except BaseException:
@@ -260,9 +262,7 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
 
     def _request(self) -> dict[str, Any]:
         limits = self.spec.limits
-        argv = kernelspec.kernel_argv(self.spec.language, IMAGE_PYTHON, CONNECTION_FILE)
-        if self.kind in IMPORTED:
-            argv = argv[IMPORTED_ARGV:]  # `python -P -m MODULE`: the parent has imported it
+        argv = kernel_argv(self.spec.language, self.kind in IMPORTED)
         return {
             "uid": self.identity.uid,
             "gid": self.identity.gid,
