@@ -13,6 +13,7 @@ from gateway.handlers.openapi import OpenAPIHandler
 from gateway.handlers.ops import HealthHandler, MetricsHandler
 from gateway.handlers.page import PageHandler, StaticHandler
 from gateway.handlers.runs import RunHandler, RunNotebookHandler, RunsHandler
+from gateway.handlers.snapshots import SnapshotHandler, SnapshotsHandler
 from gateway.handlers.stream import StreamHandler
 from gateway.handlers.tools import (
     CodeExecToolHandler,
@@ -36,6 +37,8 @@ def routes(services: Services) -> list[Any]:
         (rf"/v1/runs/{RUN_ID}", RunHandler, kw),
         (rf"/v1/runs/{RUN_ID}/notebook", RunNotebookHandler, kw),
         (r"/v1/notebooks/run", NotebookRunHandler, kw),
+        (r"/v1/snapshots", SnapshotsHandler, kw),
+        (r"/v1/snapshots/(snap_[A-Za-z0-9_-]{16,64})", SnapshotHandler, kw),
         (r"/v1/uploads", UploadsHandler, kw),
         (r"/v1/tools/code_run", CodeRunToolHandler, kw),
         (r"/v1/tools/run_python", RunPythonToolHandler, kw),

@@ -239,6 +239,17 @@ class Settings(BaseModel):
         1 * GiB, "bytes of run records kept per user; past it their oldest are deleted", ge=0
     )
     drain_timeout: float = setting(330.0, "longest SIGTERM waits for running runs", ge=0)
+    snapshots_per_user: int = setting(
+        10, "kept kernel states (`keep`) per user; past it their least recently used go", ge=0
+    )
+    snapshot_bytes_per_user: int = setting(
+        4 * GiB,
+        "memory of one user's kept kernel states; past it their least recently used go",
+        ge=0,
+    )
+    snapshot_ttl: float = setting(
+        3600.0, "seconds a kept kernel state waits for a run to start from it", gt=0
+    )
 
     cpus: float = setting(1.0, "CPUs per sandbox", gt=0, le=1024)
     memory_bytes: int = setting(1 * GiB, "memory per sandbox", ge=16 * MiB)

@@ -63,6 +63,7 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
@@ -236,8 +237,9 @@ def serve(control_fd: int, kind: str, bpf: bytes) -> None:
                 return  # the gateway is gone
             try:
                 request = json.loads(data)
-                if request.get("op") == "spawn" and fds:
-                    reply, handed = spawn(request.get("id"), fds, kind, bpf)
+                if request.get("op") in ("spawn", "branch") and fds:
+                    branch = request["op"] == "branch"
+                    reply, handed = spawn(request.get("id"), fds, kind, bpf, branch)
                     if "pid" in reply:
                         kernels.add(reply["pid"])
                     _send(control, reply, handed)
@@ -269,16 +271,19 @@ def _reap(control: socket.socket, kernels: set[int]) -> None:
 
 
 def spawn(
-    ident: object, descriptors: list[int], kind: str, bpf: bytes
+    ident: object, descriptors: list[int], kind: str, bpf: bytes, branch: bool = False
 ) -> tuple[dict[str, Any], list[int]]:
     """Fork one sandboxed kernel (its request is in the last of `descriptors`, read by the
     child only): its pid 1, forked straight into a new PID namespace; its pid (this
-    namespace's) and its two folders."""
+    namespace's) and its two folders. A `branch` is a sandbox without a kernel, for a
+    continuation of a snapshot to join (`_branch`): its first process, then its two
+    folders and its namespaces (`BRANCH_NAMESPACES`)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     me = os.getpid()
+    expected = 2 + (len(BRANCH_NAMESPACES) if branch else 0)
     try:
         try:
-            init = _fork_into_new_pid_namespace()
+            init = os.fork() if branch else _fork_into_new_pid_namespace()
         except OSError as exc:  # no namespace or no process to be had: this kernel fails
             return {"id": ident, "error": f"the sandbox could not be forked: {exc}"}, []
         if init == 0:
@@ -291,7 +296,10 @@ def spawn(
                 if _parent() != me:  # it died before the death signal was asked for
                     os._exit(code)
                 _close_all_but({theirs.fileno(), *descriptors})
-                code = _init(descriptors, kind, bpf, theirs)
+                if branch:
+                    code = _branch(descriptors, theirs)
+                else:
+                    code = _init(descriptors, kind, bpf, theirs)
             except BaseException:
                 report = traceback.format_exc(limit=4)
                 if not _tell(theirs, {"error": report}):  # told "ready" and closed: its log
@@ -303,11 +311,11 @@ def spawn(
         told: dict[str, Any] = {}
         fds: list[int] = []
         try:
-            data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, 4)
+            data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, expected)
             told = json.loads(data) if data else {"error": "the sandbox died while it was set up"}
         except (OSError, ValueError) as exc:
             told = {"error": f"no word from the sandbox: {exc}"}
-        if "error" in told or len(fds) != 2:
+        if "error" in told or len(fds) != expected:
             for fd in fds:
                 os.close(fd)
             with contextlib.suppress(ProcessLookupError):
@@ -377,23 +385,13 @@ def _init(fds: list[int], kind: str, bpf: bytes, sock: socket.socket) -> int:
     namespaces, sets the sandbox up, drops every privilege, forks the kernel, then reaps
     orphans until the kernel ends, and ends with the kernel's status. `fds`: the cgroups'
     `cgroup.procs`, [the workspace,] the request."""
-    *rest, private = fds
-    with os.fdopen(private, "rb") as kernels_own:  # read in the child only, never the parent
-        request: dict[str, Any] = json.loads(kernels_own.read())
-    count = int(request["cgroups"])
-    for fd in rest[:count]:
-        os.write(fd, b"0")
-        os.close(fd)
-    # in the sandbox's cgroups: from here the gateway kills it if no answer comes, and it
-    # outlives a parent that dies later, as a kernel does
-    _prctl(PR_SET_PDEATHSIG, 0)
-    workspace = rest[count] if len(rest) > count else None
+    request, extra = _join(fds)
+    workspace = extra[0] if extra else None
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP
     if not request.get("network"):
         flags |= CLONE_NEWNET
     _check(_libc.unshare(flags), "unshare")
     uid, gid = int(request["uid"]), int(request["gid"])
-    tmp, work = int(request["tmp_bytes"]), int(request["work_bytes"])
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
     for path in REPLACED:  # the parent's go, not only covered: see REPLACED
         _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
@@ -401,44 +399,13 @@ def _init(fds: list[int], kind: str, bpf: bytes, sock: socket.socket) -> int:
     _mount("proc", "/proc", "proc", hidden)
     _mask_kernel_files()
     _cgroup_files(request.get("cgroupfs") or {})
-    _mount("tmpfs", "/run", "tmpfs", hidden, "size=1m,nr_inodes=64,mode=0755")
-    os.mkdir(SOCKET_DIR, 0o700)
-    _mount(
-        "tmpfs", SOCKET_DIR, "tmpfs", hidden, f"size=1m,nr_inodes=64,mode=0700,uid={uid},gid={gid}"
-    )
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp},mode=1777")
-    _mount("tmpfs", "/dev/shm", "tmpfs", hidden, f"size={tmp},mode=1777")
-    _mount(
-        "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
-    )
-    if workspace is not None:  # a detached bind of the workspace (nosuid, nodev) the gateway made
-        result = _libc.syscall(
-            SYS_MOVE_MOUNT, workspace, b"", AT_FDCWD, WORKDIR.encode(), MOVE_MOUNT_F_EMPTY_PATH
-        )
-        _check(result, "move_mount /workspace")
-        os.close(workspace)
-    else:
-        ids = f"uid={uid},gid={gid}"
-        _mount("tmpfs", WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, f"size={work},mode=0755,{ids}")
+    _folders(request, workspace)
     if not request.get("network"):
         _loopback_up()
     name = str(request["hostname"])
     _check(_libc.sethostname(name.encode(), len(name)), "sethostname")
-    os.mkdir(GATEWAY_DIR, 0o755)
-    _write_readonly(CONNECTION_FILE, json.dumps(request["connection"]))
-    _write_readonly(f"{GATEWAY_DIR}/hostname", name + "\n")
-    if os.path.exists("/etc/hostname"):  # the backend's top layer has it, as Docker writes it
-        _mount(f"{GATEWAY_DIR}/hostname", "/etc/hostname", None, MS_BIND)
-        _mount("none", "/etc/hostname", None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
-    log = os.open(KERNEL_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    os.fchown(log, uid, gid)
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)  # nothing of the parent's output: its log is on the host
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(null)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-    folders = [os.open(WORKDIR, flags), os.open(SOCKET_DIR, flags)]
+    log = _files(request)
+    folders = _open_folders()
     _tell(sock, {"ready": True}, folders)
     for fd in folders:
         os.close(fd)
@@ -463,6 +430,252 @@ def _init(fds: list[int], kind: str, bpf: bytes, sock: socket.socket) -> int:
             if os.WIFSIGNALED(status):
                 return 128 + os.WTERMSIG(status)
             return os.waitstatus_to_exitcode(status)
+
+
+def _join(fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    """Read the request (the last of `fds`, read in the child only, never the parent) and
+    join the sandbox's cgroups (the first of `fds`); the descriptors between (a
+    workspace; a branch's source namespaces)."""
+    *rest, private = fds
+    with os.fdopen(private, "rb") as kernels_own:
+        request: dict[str, Any] = json.loads(kernels_own.read())
+    count = int(request["cgroups"])
+    for fd in rest[:count]:
+        os.write(fd, b"0")
+        os.close(fd)
+    # in the sandbox's cgroups: from here the gateway kills it if no answer comes, and it
+    # outlives a parent that dies later, as a kernel does
+    _prctl(PR_SET_PDEATHSIG, 0)
+    return request, rest[count:]
+
+
+def _folders(request: dict[str, Any], workspace: int | None) -> None:
+    """A fresh /run with the socket folder, /tmp, /dev/shm, /dev/pts and working folder."""
+    uid, gid = int(request["uid"]), int(request["gid"])
+    tmp, work = int(request["tmp_bytes"]), int(request["work_bytes"])
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount("tmpfs", "/run", "tmpfs", hidden, "size=1m,nr_inodes=64,mode=0755")
+    os.mkdir(SOCKET_DIR, 0o700)
+    _mount(
+        "tmpfs", SOCKET_DIR, "tmpfs", hidden, f"size=1m,nr_inodes=64,mode=0700,uid={uid},gid={gid}"
+    )
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp},mode=1777")
+    _mount("tmpfs", "/dev/shm", "tmpfs", hidden, f"size={tmp},mode=1777")
+    _mount(
+        "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
+    )
+    if workspace is not None:  # a detached bind of the workspace (nosuid, nodev) the gateway made
+        result = _libc.syscall(
+            SYS_MOVE_MOUNT, workspace, b"", AT_FDCWD, WORKDIR.encode(), MOVE_MOUNT_F_EMPTY_PATH
+        )
+        _check(result, "move_mount /workspace")
+        os.close(workspace)
+    else:
+        ids = f"uid={uid},gid={gid}"
+        _mount("tmpfs", WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, f"size={work},mode=0755,{ids}")
+
+
+def _files(request: dict[str, Any]) -> int:
+    """The hostname's file, the connection file, and the kernel's log as stdout and stderr
+    (its descriptor is returned)."""
+    uid, gid = int(request["uid"]), int(request["gid"])
+    name = str(request["hostname"])
+    os.mkdir(GATEWAY_DIR, 0o755)
+    _write_readonly(CONNECTION_FILE, json.dumps(request["connection"]))
+    _write_readonly(f"{GATEWAY_DIR}/hostname", name + "\n")
+    if os.path.exists("/etc/hostname"):  # the backend's top layer has it, as Docker writes it
+        hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+        _mount(f"{GATEWAY_DIR}/hostname", "/etc/hostname", None, MS_BIND)
+        _mount("none", "/etc/hostname", None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
+    log = os.open(KERNEL_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.fchown(log, uid, gid)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)  # nothing of the parent's output: its log is on the host
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    return log
+
+
+def _open_folders() -> list[int]:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    return [os.open(WORKDIR, flags), os.open(SOCKET_DIR, flags)]
+
+
+# A branch's namespaces, in the order its continuation joins them (`setns`): the user
+# namespace first (joining it is what allows the others), the PID namespace last (it is
+# its children's). Sent to the gateway in this order after the two folders.
+BRANCH_NAMESPACES = ("user", "mnt", "uts", "ipc", "net", "cgroup", "pid")
+NS_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+
+
+def _branch(fds: list[int], sock: socket.socket) -> int:
+    """A sandbox for a continuation of a snapshot (DESIGN decision 24). Its kernel is not
+    forked here: a fork of the snapshot's kernel joins it (`kernels/python/snapshot.py`).
+    That process has no capability and runs under the seccomp filter, so it can join
+    namespaces only where its uid alone gives it the right: in a user namespace it owns.
+    So, as root, this process joins the cgroups and makes the sandbox's mounts as
+    `_init` does (a fresh /proc under no mask: `proc` is mounted again inside); then it
+    becomes the sandbox uid with no capability left in the host's user namespace, makes
+    a user namespace (owned by that uid, which alone is mapped) and the mount, UTS, IPC,
+    network, cgroup and PID namespaces inside it, forks the sandbox's pid 1 (`_reaper`:
+    /proc and Docker's masks, then the reaper of orphans, ending with pid 2, the
+    continuation's kernel) and hands the gateway its folders and namespaces. It ends
+    with pid 1. Unlike a kernel's own sandbox: no /sys (sysfs cannot be mounted in a
+    user namespace here) and no cgroup files; files of uids other than the sandbox's
+    show as `nobody`."""
+    # the snapshot's PID namespace (its pid 1's pidfd, or a branch's namespace); a branch's
+    # also its user namespace, which the new one is made inside
+    request, sources = _join(fds)
+    if len(sources) not in (1, 2):
+        raise RuntimeError("a branch needs its snapshot's PID (and user) namespace")
+    source, *source_user = sources
+    _check(_libc.unshare(CLONE_NEWNS), "unshare")
+    _mount("none", "/", None, MS_REC | MS_PRIVATE)
+    for path in REPLACED:
+        _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount("proc", "/proc", "proc", hidden)  # what lets pid 1 mount its own
+    _folders(request, None)
+    log = _files(request)
+    folders = _open_folders()
+    # The continuation joins its PID namespace from the snapshot's, and may join only a
+    # namespace below its own: the branch's is made inside the snapshot's, by a child
+    # forked into it
+    _check(_libc.setns(source, CLONE_NEWPID), "setns(snapshot's PID namespace)")
+    os.close(source)
+    inside = os.fork()
+    if inside == 0:
+        code = 70
+        try:
+            code = _branch_namespaces(request, folders, sock, source_user)
+        except BaseException:
+            report = traceback.format_exc(limit=4)
+            if not _tell(sock, {"error": report}):
+                os.write(2, report.encode())
+        finally:
+            os._exit(code)
+    for fd in folders:
+        os.close(fd)
+    sock.close()
+    os.close(log)
+    _, status = os.waitpid(inside, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _branch_namespaces(
+    request: dict[str, Any], folders: list[int], sock: socket.socket, inside: list[int]
+) -> int:
+    """The branch's user namespace and the others inside it, its pid 1, the answer. A
+    branch of a snapshot that is itself a continuation is made inside that one's user
+    namespace (`inside`): a PID namespace's own user namespace must be inside its
+    parent's, and the continuation, which lives there, owns only namespaces made below."""
+    uid, gid = int(request["uid"]), int(request["gid"])
+    # the sandbox uid, every capability of the host's user namespace gone for good
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    for user_namespace in inside:  # root's capabilities hold in it: it is below
+        _check(_libc.setns(user_namespace, CLONE_NEWUSER), "setns(snapshot's user namespace)")
+        os.close(user_namespace)
+    os.setresuid(uid, uid, uid)
+    _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files, to write its maps
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    _prctl(PR_SET_DUMPABLE, 0)
+    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP
+    _check(_libc.unshare(flags | CLONE_NEWPID), "unshare")
+    _loopback_up()
+    name = str(request["hostname"])
+    _check(_libc.sethostname(name.encode(), len(name)), "sethostname")
+    # each of its namespaces but the PID one, which exists once pid 1 does (below)
+    namespaces = [os.open(f"/proc/self/ns/{ns}", NS_FLAGS) for ns in BRANCH_NAMESPACES[:-1]]
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    init = os.fork()
+    if init == 0:
+        code = 70
+        try:
+            os.close(ready_r)
+            os.close(go_w)
+            for fd in (*folders, *namespaces):
+                os.close(fd)
+            sock.close()
+            if os.read(go_r, 1) == b"1":
+                code = _reaper(ready_w)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(go_r)
+    # its PID namespace, which exists now that pid 1 does, seen in this /proc (pid 1
+    # mounts its own over it next)
+    namespaces.append(os.open("/proc/self/ns/pid_for_children", NS_FLAGS))
+    os.write(go_w, b"1")
+    os.close(go_w)
+    if os.read(ready_r, 1) != b"1":
+        raise RuntimeError("the branch's pid 1 could not set it up")
+    os.close(ready_r)
+    _tell(sock, {"ready": True}, folders + namespaces)
+    for fd in (*folders, *namespaces):
+        os.close(fd)
+    sock.close()
+    _drop_all_capabilities()
+    _, status = os.waitpid(init, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _reaper(ready: int) -> int:
+    """Pid 1 of a branch: its /proc and masks, then reap orphans until pid 2 (the
+    continuation's kernel, the first process to join) ends; end with its status."""
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount("proc", "/proc", "proc", hidden)
+    for path in MASKED:
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | hidden, "size=0,mode=0555")
+        elif os.path.exists(path):
+            _mount("/dev/null", path, None, MS_BIND)
+    for path in READ_ONLY:
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
+    _drop_all_capabilities()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    os.write(ready, b"1")
+    os.close(ready)
+    while True:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid == 2:
+                if os.WIFSIGNALED(status):
+                    return 128 + os.WTERMSIG(status)
+                return os.waitstatus_to_exitcode(status)
+        signal.sigtimedwait({signal.SIGCHLD}, 1.0)  # an orphan's end, or pid 2's
+
+
+def _drop_all_capabilities() -> None:
+    """No capability in any set (of the user namespace it is in), `no_new_privs`."""
+    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as last:
+        last_cap = int(last.read())
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as out:
+        out.write(text)
 
 
 # The parent's mounts each sandbox mounts its own over, detached first: covered, they would

@@ -38,7 +38,7 @@ from gateway.execution.session import KernelSession, start_session
 from gateway.metrics import Metrics
 from gateway.models.common import Language
 from gateway.models.languages import Kernel, traits
-from gateway.sandbox.base import SandboxBackend, SandboxSpec
+from gateway.sandbox.base import Sandbox, SandboxBackend, SandboxSpec
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ GIVE_UP_AFTER = 3  # a pool whose kernels fail to start this many times in a row
 
 
 async def _kill_and_close(session: KernelSession) -> None:
+    if session.released:  # its sandbox has a new owner (a snapshot)
+        return
     try:
         await session.sandbox.kill()
     finally:
@@ -264,14 +266,21 @@ class Pools:
 
     @contextlib.asynccontextmanager
     async def kernel(
-        self, spec: SandboxSpec, cancel: asyncio.Event
+        self, spec: SandboxSpec, cancel: asyncio.Event, source: Sandbox | None = None
     ) -> AsyncIterator[KernelSession]:
         """A run's kernel for the length of a block: from its pool when one is ready, else
         started now (StartCancelled when `cancel` is set first). However the block ends,
         every process of its sandbox is killed and the sandbox destroyed: the destruction
         starts in the block's `finally` and goes on off the caller's path (`end`), so the
-        run's record is answered without waiting for the engine; `close()` waits for it."""
-        session = await self.acquire(spec, cancel)
+        run's record is answered without waiting for the engine; `close()` waits for it.
+        With `source` (a kept snapshot's sandbox), a continuation of its kernel, never
+        pooled."""
+        if source is not None:
+            session = await start_session(
+                self.backend, spec, self.config, self.wire, cancel, source
+            )
+        else:
+            session = await self.acquire(spec, cancel)
         try:
             yield session
         finally:

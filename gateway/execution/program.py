@@ -49,6 +49,8 @@ class Program:
     notes: tuple[str, ...] = ()
     keep_saved_charts: bool = False
     cell_names: bool = True
+    keep: bool = False  # the kernel's final state kept as a snapshot (gateway.runs.snapshots)
+    continue_from: str | None = None  # the snapshot the kernel starts from
 
     def runnable(self) -> list[int]:
         """Positions (in `notebook["cells"]`) of the cells that run, in order."""
@@ -104,6 +106,8 @@ def from_run(request: RunRequest) -> Program:
         notes=request.notes,
         keep_saved_charts=True,
         cell_names=False,
+        keep=request.keep,
+        continue_from=request.continue_from,
     )
 
 

@@ -76,6 +76,15 @@ class KernelSession:
         self.dead = False
         self.start_seconds = 0.0
         self._closed = False
+        self.released = False  # its sandbox given away (`give_away`)
+
+    def give_away(self) -> Sandbox:
+        """Close the client and hand the sandbox, still running, to a new owner (a kept
+        snapshot): closing the session then leaves it alone."""
+        self.released = True
+        self._closed = True
+        self.client.close()
+        return self.sandbox
 
     async def close(self) -> None:
         """Close the client and destroy the sandbox (idempotent). Cancelled meanwhile, the
@@ -320,9 +329,11 @@ async def start_session(
     config: ExecutionConfig,
     wire: Wire,
     cancel: asyncio.Event | None = None,
+    source: Sandbox | None = None,
 ) -> KernelSession:
     """A ready kernel in a fresh sandbox, owned by the caller, who must `close()` it (a
-    pool holds it first, then a run). On cancel while the sandbox starts it raises
+    pool holds it first, then a run); with `source` (a kept snapshot's sandbox), a
+    continuation of its kernel. On cancel while the sandbox starts it raises
     `StartCancelled`, everything already destroyed; on cancel while the kernel gets ready
     it returns at once (check `cancel.is_set()`). A kernel that cannot start is tried once
     more in a fresh sandbox; if that fails too it raises `SandboxError` with both reasons.
@@ -331,7 +342,7 @@ async def start_session(
     failures: list[str] = []
     while True:
         try:
-            return await _start_once(backend, spec, config, wire, cancel)
+            return await _start_once(backend, spec, config, wire, cancel, source)
         except SandboxError as exc:
             failures.append(exc.message)
             if cancel.is_set() or len(failures) >= START_ATTEMPTS:
@@ -358,9 +369,13 @@ async def _start_once(
     config: ExecutionConfig,
     wire: Wire,
     cancel: asyncio.Event,
+    source: Sandbox | None = None,
 ) -> KernelSession:
     started = time.monotonic()
-    sandbox = await backend.create(spec)
+    if source is not None:
+        sandbox = await backend.branch(spec, source)
+    else:
+        sandbox = await backend.create(spec)
     try:
         try:
             info = await _unless_cancelled(sandbox.start(), cancel)

@@ -179,6 +179,29 @@ class Verdict:
 PRIVATE_FIELDS = frozenset({"user", "code", "created_at", "notebook", "result_note", "kind"})
 
 
+class SnapshotInfo(BaseModel):
+    """A run's final state, kept (`keep`): what later runs start from (`from`)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
+    id: str = Field(description="give it as `from` to start a run from this state")
+    expires_at: str = Field(
+        description="when it goes if no run starts from it before (each start renews it)",
+        json_schema_extra={"format": "date-time"},
+    )
+    bytes: int = Field(
+        ge=0, description="its own memory, counted against its owner's snapshot bytes"
+    )
+
+
+class SnapshotList(BaseModel):
+    """GET /v1/snapshots: the caller's snapshots, least recently used first."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
+    snapshots: list[SnapshotInfo]
+
+
 class RunRecord(BaseModel):
     """Everything known about one run. The same object is the answer of POST /v1/runs,
     GET and DELETE /v1/runs/{id}, the `run` of a WebSocket `done` message and of
@@ -235,6 +258,12 @@ class RunRecord(BaseModel):
     timed_out: bool = False
     kill_reason: KillReason | None = None
     usage: Usage = Field(default_factory=Usage)
+    snapshot: SnapshotInfo | None = Field(
+        None, description="the kernel's final state, kept as asked (`keep`); null otherwise"
+    )
+    continued_from: str | None = Field(
+        None, description="the snapshot this run started from (`from`)"
+    )
     started_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
     finished_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
     notes: list[str] = Field(
@@ -317,6 +346,7 @@ class RunRecord(BaseModel):
         data = {name: getattr(self, name) for name in PUBLIC_FIELDS}
         data["success"] = self.success
         data["usage"] = self.usage.to_json()
+        data["snapshot"] = None if self.snapshot is None else self.snapshot.model_dump()
         return data
 
     def to_storage(self) -> dict[str, Any]:

@@ -60,6 +60,8 @@ class RunRequest:
     user: str = "anonymous"
     notes: tuple[str, ...] = ()
     memory_bytes: int | None = None  # a lower memory limit than the operator's, if any
+    keep: bool = False  # keep the final state as a snapshot
+    continue_from: str | None = None  # a snapshot's id to start from
 
     @property
     def source(self) -> str:

@@ -74,6 +74,17 @@ def folder_path(path: str) -> str:
 
 RelativePath = Annotated[str, AfterValidator(relative_path)]
 FolderPath = Annotated[str, AfterValidator(folder_path)]
+# a snapshot's id, as `POST /v1/runs` with `keep` answers it (`gateway.runs.snapshots`)
+SNAPSHOT_ID = re.compile(r"snap_[A-Za-z0-9_-]{16,64}")
+
+
+def snapshot_id(value: str) -> str:
+    if not SNAPSHOT_ID.fullmatch(value):
+        raise InvalidRequest(f"{value[:80]!r} is not a snapshot id.", field="from")
+    return value
+
+
+SnapshotId = Annotated[str, AfterValidator(snapshot_id)]
 
 
 def checked_path(value: Any, field: str) -> str:
@@ -243,6 +254,24 @@ class RunBody(Body):
     network: bool | None = Field(
         None, description="outbound network; 403 forbidden unless the operator enabled it"
     )
+    keep: bool | None = Field(
+        None,
+        description=(
+            "keep the kernel's final state as a snapshot (the record's `snapshot`), for later "
+            "runs to start from with `from`; Python on the forkserver backend (else 400 "
+            "snapshot_unsupported); not with `network` or `working_dir` (400)"
+        ),
+    )
+    from_: SnapshotId | None = Field(
+        None,
+        alias="from",
+        description=(
+            "start from a snapshot (an id from a record's `snapshot`): a fresh sandbox whose "
+            "kernel holds the snapshot's variables, imports and working-folder files; the "
+            "snapshot itself is unchanged. Another user's or an unknown id: 404; one that "
+            "expired, was evicted or deleted: 410 snapshot_gone"
+        ),
+    )
     working_dir: FolderPath | None = Field(
         None,
         json_schema_extra={"minLength": 1},
@@ -265,4 +294,9 @@ class RunBody(Body):
         if self.code is None and self.entrypoint is None:
             raise InvalidRequest("`code` (or `entrypoint`) is required.", field="code")
         check_vars(self.vars or {}, self.language)
+        if (self.keep or self.from_ is not None) and (self.network or self.working_dir):
+            raise ConflictingFields(
+                "A kept or continued run has a working folder of its own and no network.",
+                field="network" if self.network else "working_dir",
+            )
         return self

@@ -116,6 +116,7 @@ def _document() -> Schema:
             {"name": "runs", "description": "Run code, poll, cancel, export as a notebook."},
             {"name": "notebooks", "description": "Replay a notebook in one fresh kernel."},
             {"name": "uploads", "description": "Archives to unpack into a run's folder."},
+            {"name": "snapshots", "description": "Kernel states kept for later runs to continue."},
             {"name": "stream", "description": "Live output over a WebSocket, and its page."},
             {"name": "tools", "description": "Adapters for existing code-execution tools."},
             {"name": "operations", "description": "Health, metrics, this document."},

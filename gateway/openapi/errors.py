@@ -18,11 +18,18 @@ def json_body(schema: Schema, description: str = "", **extra: Any) -> Schema:
 # Every error code the gateway answers with, by HTTP status. The 400 codes of
 # `/v1/uploads` (one per archive check) are listed with that endpoint.
 ERROR_CODES: dict[int, list[str]] = {
-    400: ["invalid_request", "unsupported_language", "invalid_path", "conflicting_fields"],
+    400: [
+        "invalid_request",
+        "unsupported_language",
+        "invalid_path",
+        "conflicting_fields",
+        "snapshot_unsupported",
+    ],
     401: ["unauthorized"],
     403: ["forbidden", "archive_mode_disabled"],
     404: ["not_found"],
     405: ["method_not_allowed"],
+    410: ["snapshot_gone"],
     413: ["payload_too_large"],
     415: ["unsupported_media_type"],
     429: ["capacity"],
@@ -38,7 +45,9 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "an unknown field (`field` names the first one), a missing `code`; "
         "`unsupported_language`: the message lists the supported ones; `invalid_path`: a path "
         "that is absolute, contains `..` or NUL, or names a file that is also a folder; "
-        "`conflicting_fields`: `code` and `entrypoint` together. `field` names the offending "
+        "`conflicting_fields`: `code` and `entrypoint` together, or `keep`/`from` with "
+        "`network` or `working_dir`; `snapshot_unsupported`: `keep` or `from` for a language "
+        "or backend whose kernels cannot be kept. `field` names the offending "
         "field, e.g. `files[2].path`.",
     ),
     401: (
@@ -55,7 +64,17 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "`Sec-Fetch-Site: cross-site`, `/metrics` with a user's token) or "
         "`archive_mode_disabled` (uploads and `archive` are off).",
     ),
-    404: ("NotFound", "`not_found`: no such run (or not yours), or nothing at this address."),
+    404: (
+        "NotFound",
+        "`not_found`: no such run or snapshot (or not yours), or nothing at this address.",
+    ),
+    410: (
+        "Gone",
+        "`snapshot_gone`: the snapshot named in `from` (or the address) existed and went: "
+        "its TTL passed, its owner's snapshot limits evicted it, it was deleted, or its "
+        "gateway stopped. The message says which. A run is never started from nothing "
+        "instead.",
+    ),
     413: (
         "PayloadTooLarge",
         "`payload_too_large`: the body, `code`, a staged file, the number or total size of "

@@ -24,6 +24,14 @@ TEXT = {"type": "string"}
 BINARY = {"type": "string", "format": "binary"}
 
 
+SNAPSHOT_ID = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^snap_[A-Za-z0-9_-]{16,64}$"},
+}
+
+
 def ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -229,6 +237,31 @@ PATHS: dict[str, Schema] = {
             body={"anyOf": [ref("Notebook"), ref("NotebookRunRequest")]},
             body_text="A notebook, or a notebook with options.",
         )
+    },
+    "/v1/snapshots": {
+        "get": operation(
+            "listSnapshots",
+            "snapshots",
+            "Your snapshots",
+            "The kernel states your runs kept (`keep`), least recently used first. A snapshot "
+            "goes when no run has started from it for `snapshot_ttl` (default 1 h), or when "
+            "keeping another would put you over `snapshots_per_user` (default 10) or "
+            "`snapshot_bytes_per_user` (default 4 GiB) of their own memory: your least "
+            "recently used go first. Snapshots live in their gateway's memory: a restart "
+            "loses them.",
+            {"200": answer("SnapshotList", "The caller's snapshots."), **errors(401)},
+        )
+    },
+    "/v1/snapshots/{id}": {
+        "parameters": [SNAPSHOT_ID],
+        "delete": operation(
+            "deleteSnapshot",
+            "snapshots",
+            "Delete a snapshot",
+            "Gone at once for every later `from` (410). Runs already continuing from it "
+            "finish first: it ends when they have.",
+            {"204": {"description": "Deleted."}, **errors(401, 404, 410)},
+        ),
     },
     "/v1/uploads": {
         "post": operation(

@@ -36,6 +36,8 @@ ANSWERS: tuple[tuple[type[BaseModel], str], ...] = (
     (record.RunError, "RunError"),
     (record.Chart, "Chart"),
     (record.ReturnedFile, "ReturnedFile"),
+    (record.SnapshotInfo, "Snapshot"),
+    (record.SnapshotList, "SnapshotList"),
     (answers.Error, "Error"),
     (answers.Health, "Health"),
     (environment.Environment, "Environment"),

@@ -18,6 +18,13 @@ from gateway.models.languages import Kernel
 
 
 @dataclasses.dataclass(frozen=True)
+class SnapshotsConfig:
+    per_user: int = 10  # snapshots a user may hold; more evicts their least recently used
+    bytes_per_user: int = 4 << 30  # the sum of their own memory
+    ttl: float = 3600.0  # idle seconds before one goes
+
+
+@dataclasses.dataclass(frozen=True)
 class RunServiceConfig:
     # this gateway's capacity, and each user's share of it
     max_concurrent_runs: int
@@ -31,6 +38,10 @@ class RunServiceConfig:
     max_record_bytes: int
     max_records_per_user: int
     max_record_store_bytes_per_user: int
+    # kept kernel states (`keep`, `from`)
+    snapshots_per_user: int
+    snapshot_bytes_per_user: int
+    snapshot_ttl: float
     # never-used kernels kept ready, by kind
     pool_python: int
     pool_bash: int
@@ -53,6 +64,13 @@ class RunServiceConfig:
             "deno": self.pool_deno,
             "irkernel": self.pool_r,
         }
+
+    def snapshots(self) -> SnapshotsConfig:
+        return SnapshotsConfig(
+            per_user=self.snapshots_per_user,
+            bytes_per_user=self.snapshot_bytes_per_user,
+            ttl=self.snapshot_ttl,
+        )
 
     def records_quota(self) -> Quota:
         """What one user keeps of their finished runs' records."""

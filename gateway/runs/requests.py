@@ -58,6 +58,8 @@ def run_request(body: RunBody, policy: RequestPolicy, caller: Principal) -> RunR
         working_dir=workspace(body.working_dir, policy, caller, notes),
         user=caller.user,
         notes=tuple(notes),
+        keep=bool(body.keep),
+        continue_from=body.from_,
     )
 
 

@@ -13,6 +13,7 @@ import time
 from gateway.budget import Hold
 from gateway.errors import (
     GatewayError,
+    InvalidRequest,
     NotFound,
     RateLimited,
     StoreUnavailable,
@@ -23,7 +24,7 @@ from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
-from gateway.execution.session import StartCancelled
+from gateway.execution.session import KernelSession, StartCancelled
 from gateway.metrics import Metrics
 from gateway.models.common import RUN_ID_PATTERN, Language, new_run_id
 from gateway.models.ipynb import store_notebook
@@ -34,6 +35,7 @@ from gateway.runs.attach import archive_files, check_archive
 from gateway.runs.bounds import bound_record
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.slots import RunSlots
+from gateway.runs.snapshots import Snapshot, Snapshots
 from gateway.sandbox.base import SandboxBackend
 from gateway.store.base import UNFINISHED, RecordStore
 from gateway.uploads.service import UploadService
@@ -59,6 +61,7 @@ class ActiveRun:
     # never cancelled, so its clean-up and final record always happen.
     cancel: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     stored: bool = False  # admitted by the store: its lease is this gateway's to renew
+    source: Snapshot | None = None  # the snapshot it continues, held until it ends
     # what the run does as it happens: front ends subscribe right after `submit`, before
     # the run's task starts (no await between the two)
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
@@ -85,6 +88,7 @@ class RunService:
         self.metrics = metrics
         self.active: dict[str, ActiveRun] = {}
         self.pools = Pools(config.execution, backend, wire, metrics, sizes=config.pool_sizes())
+        self.snapshots = Snapshots(config.snapshots())
         self._slots = RunSlots(config.max_concurrent_runs, per_user=config.slots_per_user())
         self._draining = False
         self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
@@ -99,6 +103,7 @@ class RunService:
     def start(self) -> None:
         """Start filling the pools (the gateway calls this once it is up)."""
         self.pools.start()
+        self.snapshots.start()
 
     @property
     def settled(self) -> bool:
@@ -141,9 +146,31 @@ class RunService:
         (or at once, if the run is not admitted)."""
         await check_archive(self.uploads, request.archive, request.user)
         record = RunRecord(
-            id=new_run_id(), language=request.language, user=request.user, code=request.source
+            id=new_run_id(),
+            language=request.language,
+            user=request.user,
+            code=request.source,
+            continued_from=request.continue_from,
         )
-        return await self._start(record, from_run(request), held)
+        if not (request.keep or request.continue_from):
+            return await self._start(record, from_run(request), held)
+        if request.language not in self.backend.snapshot_languages:
+            which = ", ".join(sorted(self.backend.snapshot_languages)) or "none"
+            raise InvalidRequest(
+                f"The {self.backend.name} backend keeps and continues the state of these "
+                f"languages' kernels only: {which}.",
+                field="keep" if request.keep else "from",
+                code="snapshot_unsupported",
+            )
+        source = None
+        if request.continue_from is not None:
+            source = self.snapshots.take(request.continue_from, request.user)
+        try:
+            return await self._start(record, from_run(request), held, source)
+        except BaseException:
+            if source is not None:
+                self.snapshots.release(source)
+            raise
 
     async def submit_notebook(
         self, request: NotebookRequest, held: Hold | None = None
@@ -172,12 +199,18 @@ class RunService:
                 field="language",
             )
 
-    async def _start(self, record: RunRecord, program: Program, held: Hold | None) -> ActiveRun:
+    async def _start(
+        self,
+        record: RunRecord,
+        program: Program,
+        held: Hold | None,
+        source: Snapshot | None = None,
+    ) -> ActiveRun:
         admitted = False
         try:
             await self._available(record.language)
             self._admit()
-            active = ActiveRun(record=record, held=held)
+            active = ActiveRun(record=record, held=held, source=source)
             self.active[record.id] = active  # holds its place in this gateway's capacity
             try:
                 mine = await self.store.admit(record, self.config.max_runs_per_user)
@@ -235,9 +268,16 @@ class RunService:
                 )
                 execution.result.notes.extend(notes)
                 active.execution = execution
+                source = active.source
                 try:  # the kernel is this block's: destroyed as it ends, off the answer's path
-                    async with self.pools.kernel(execution.spec, active.cancel) as session:
+                    async with self.pools.kernel(
+                        execution.spec,
+                        active.cancel,
+                        None if source is None else source.sandbox,
+                    ) as session:
                         await execution.run(session, files)
+                        if program.keep:
+                            await self._keep_state(session, record, source)
                 except StartCancelled:
                     execution.cancelled_before_start()
             finally:
@@ -255,6 +295,8 @@ class RunService:
                 bound_record(record, self.config.max_record_bytes)
             except Exception:
                 log.exception("run %s: its record could not be bounded", record.id)
+            if active.source is not None:
+                self.snapshots.release(active.source)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
             # still held (its lease renewed) until the store has the final record, however
             # long the store takes to come back
@@ -266,6 +308,18 @@ class RunService:
                 if active.held is not None:
                     active.held.release()
         return record
+
+    async def _keep_state(
+        self, session: KernelSession, record: RunRecord, source: Snapshot | None
+    ) -> None:
+        """Keep the kernel's final state as a snapshot (`keep`), if the run ended with its
+        kernel alive; a note says why not otherwise."""
+        if record.status not in ("succeeded", "failed"):
+            record.notes.append(f"The kernel's state was not kept: the run {record.status}.")
+            return
+        record.snapshot, note = await self.snapshots.keep(session, record.user, source)
+        if note is not None:
+            record.notes.append(note)
 
     async def _keep(self, record: RunRecord) -> None:
         """Store a final record within its owner's quota (their oldest records make room)."""
@@ -350,6 +404,7 @@ class RunService:
                 active.cancel.set()
             if pending:
                 await asyncio.wait(pending, timeout=30)
+        await self.snapshots.close()
         await self.pools.close()  # and every sandbox still being destroyed
 
 

@@ -48,6 +48,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+from gateway.errors import SandboxError
 from gateway.models.common import Language
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile, WorkspaceRef
@@ -190,6 +191,11 @@ class Sandbox(abc.ABC):
         Default: none known."""
         return frozenset()
 
+    async def memory_bytes(self) -> int:
+        """The memory the sandbox holds now (a kept snapshot's, counted against its
+        owner's limit). Default: 0, nothing known."""
+        return 0
+
     async def set_memory_limit(self, memory_bytes: int) -> bool:
         """Lower the running sandbox's memory limit. Called by the pool when a run that asks
         for less memory takes a pooled kernel; False (the default: this sandbox cannot)
@@ -271,6 +277,14 @@ class SandboxBackend(abc.ABC):
         line "backend NAME (why)"). Called by the factory before it makes the backend, for
         `--backend NAME` and for `auto`. Default: it can."""
         return True, ""
+
+    # the languages whose kernels can be kept as snapshots and continued (`branch`)
+    snapshot_languages: ClassVar[frozenset[str]] = frozenset()
+
+    async def branch(self, spec: SandboxSpec, source: Sandbox) -> Sandbox:
+        """A sandbox for a continuation of `source`, a kernel kept as a snapshot (only for
+        `snapshot_languages`): its `start` has the snapshot fork the kernel into it."""
+        raise SandboxError(f"The {self.name} backend cannot continue a snapshot.")
 
     @abc.abstractmethod
     async def create(self, spec: SandboxSpec) -> Sandbox:

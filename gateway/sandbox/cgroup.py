@@ -182,6 +182,15 @@ class Cgroup:
         text = _read(path).strip()
         return int(text) if text.isdigit() else None
 
+    def current_memory(self) -> int | None:
+        path = (
+            self.dirs["unified"] / "memory.current"
+            if self.v2
+            else self.dirs["memory"] / "memory.usage_in_bytes"
+        )
+        text = _read(path).strip()
+        return int(text) if text.isdigit() else None
+
     def oom_killed(self) -> bool:
         if self.v2:
             return _counter(_read(self.dirs["unified"] / "memory.events"), "oom_kill") > 0

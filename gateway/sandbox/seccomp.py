@@ -10,7 +10,10 @@ x32 calls; here they are killed). As in Docker's: `socket` for any family but AF
 (checked on the whole register, where Docker's rule misses a family with high bits set),
 `personality` for the five harmless personas only, `clone` without any namespace flag,
 `clone3` answered ENOSYS (so the C library falls back to `clone`, whose flags a filter can
-see), and everything else EPERM: `mount`, `unshare`, `setns`, `bpf`, `perf_event_open`,
+see). Unlike Docker's, `setns` is allowed: a continuation of a snapshot joins its
+branch's namespaces with it, and the kernel checks a capability in the user namespace that
+owns each target, which a kernel has only in its branch's (made owned by the sandbox uid).
+Everything else is EPERM: `mount`, `unshare`, `bpf`, `perf_event_open`,
 `keyctl`/`add_key`/`request_key`, `userfaultfd`, `kexec_*`, module loading, `reboot`,
 `chroot`, `pivot_root`, the clock setters, `acct`, `swapon`, `open_by_handle_at` ...
 """
@@ -261,6 +264,10 @@ ALLOWED = [
     "setreuid",
     "setrlimit",
     "set_robust_list",
+    # joining a namespace takes a capability in the user namespace that owns it: the only
+    # ones a kernel has are in the user namespace of a branch, which the forkserver makes
+    # owned by the sandbox uid for a continuation to join (DESIGN decision 24)
+    "setns",
     "setsid",
     "setsockopt",
     "set_thread_area",

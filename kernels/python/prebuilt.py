@@ -36,6 +36,7 @@ from ipykernel.zmqshell import ZMQInteractiveShell
 from IPython.core.application import BaseIPythonApplication
 
 import kernels.python.startup as startup
+from kernels.python import snapshot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,17 @@ def launch(argv: list[str]) -> None:
     shell.init_environment()  # what the shell sets in os.environ, replaced since the build
     os.makedirs(app.profile_dir.location, exist_ok=True)  # in this sandbox's own /tmp
     app.profile_dir.check_dirs()
+    snapshot.listen()
+    initialize_again(app, shell, argv)
+    app.start()
+    if snapshot.kept():  # its run asked to keep its state: this process is the snapshot now
+        snapshot.hold()
+
+
+def initialize_again(app: Any, shell: Any, argv: list[str]) -> None:
+    """ipykernel's `IPKernelApp.initialize` for an application whose first half (its
+    command line, config and profile) is done, around `shell`: the connection file,
+    sockets, threads, io, signals and a kernel object, which takes `shell`."""
     make_kernel = kernelapp.IPKernelApp.init_kernel
 
     def init_kernel() -> None:
@@ -104,7 +116,7 @@ def launch(argv: list[str]) -> None:
         app.initialize(argv)
     finally:
         BaseIPythonApplication.initialize = base_initialize  # type: ignore[method-assign]
-    app.start()
+        del app.init_kernel
 
 
 def _done(self: Any, argv: Any = None) -> None:

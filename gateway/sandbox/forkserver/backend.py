@@ -29,6 +29,8 @@ import os
 import secrets
 import shutil
 import signal
+import socket
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,13 +50,14 @@ from gateway.sandbox.base import (
     Footprint,
     KernelEnvironment,
     ReadLimits,
+    Sandbox,
     SandboxBackend,
     SandboxSpec,
     to_the_end,
 )
 from gateway.sandbox.cgroup import Cgroup, GroupedSandbox
 from gateway.sandbox.docker import ETC_HOSTS
-from gateway.sandbox.forkserver.parent import Parent
+from gateway.sandbox.forkserver.parent import BRANCH_NAMESPACES, Parent
 from gateway.sandbox.forkserver.rootfs import (
     image_layers,
     mount_rootfs,
@@ -76,6 +79,8 @@ CONNECTION_FILE = "/run/gateway/connection.json"
 IMAGE_PYTHON = "/opt/venv/bin/python"
 KERNEL_LOG = "kernel.log"
 EXIT_WAIT = 10.0
+CONTINUE_TIMEOUT = 10.0  # for a snapshot to fork a continuation
+SNAPSHOT_SOCKET = "snapshot"  # in a Python kernel's socket folder (kernels/python/snapshot.py)
 PARENT_WORD_WAIT = 2.0  # after a kernel ended: how long its exit status may take to come
 # the kinds of kernel a warm parent imports; the others are exec'd by a child of `exec`
 IMPORTED = ("ipykernel", "bash")
@@ -107,6 +112,7 @@ class ForkserverBackend(SandboxBackend):
     # before Docker's: its attack suite (tests -m attack) passes as Docker's does
     auto_preference = 5
     isolates_users = True
+    snapshot_languages = frozenset({"python"})
     refill_delay = 0.0  # a kernel is a fork of a warm parent: ~30-60 ms of CPU, no core's second
 
     def __init__(self, config: ForkserverConfig, context: BackendContext) -> None:
@@ -226,6 +232,29 @@ class ForkserverBackend(SandboxBackend):
             raise
         return sandbox
 
+    async def branch(self, spec: SandboxSpec, source: Sandbox) -> ForkserverSandbox:
+        """A sandbox for a continuation of `source`, a Python kernel kept as a snapshot
+        (`kernels/python/snapshot.py`): the forkserver makes the sandbox with no kernel
+        in it, whose namespaces a fork of the snapshot's kernel joins (DESIGN decision
+        24). It runs as the snapshot's uid (a process keeps its uid), which the snapshot
+        holds until it and every branch of it are gone."""
+        if not isinstance(source, ForkserverSandbox) or source.backend is not self:
+            raise SandboxError("The snapshot is not one of this backend's kernels.")
+        if spec.network:
+            raise SandboxError("A continuation of a snapshot runs without network.")
+        if spec.workspace is not None or source.spec.workspace is not None:
+            raise SandboxError("A continuation has a working folder of its own, not a workspace.")
+        identity = Identity(source.identity.uid, source.identity.gid)  # the source's lease
+        sandbox = ForkserverSandbox(self, spec, identity, "exec", source=source)
+        try:
+            await to_the_end(asyncio.to_thread(sandbox.make_group))
+            if sandbox.group is None:
+                raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
+        except BaseException:
+            await to_the_end(sandbox.destroy())
+            raise
+        return sandbox
+
 
 def probe_forkserver(image: str) -> tuple[bool, str]:
     """Whether forked kernels can be made here, and why (blocking)."""
@@ -242,9 +271,15 @@ def probe_forkserver(image: str) -> tuple[bool, str]:
 
 class ForkserverSandbox(GroupedSandbox[int | None]):
     def __init__(
-        self, backend: ForkserverBackend, spec: SandboxSpec, identity: Identity, kind: str
+        self,
+        backend: ForkserverBackend,
+        spec: SandboxSpec,
+        identity: Identity,
+        kind: str,
+        source: ForkserverSandbox | None = None,
     ) -> None:
         self.backend = backend
+        self.source = source  # the snapshot a branch continues
         self.spec = spec
         self.identity = identity
         self.kind = kind
@@ -255,6 +290,8 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         self.work_fd: int | None = None
         self.sock_fd: int | None = None
         self.pidfd: int | None = None
+        self.namespaces: list[int] = []  # a branch's, until its continuation has them
+        self.kept_namespaces: list[int] = []  # a branch's user and PID ones, after that
         self.exited: asyncio.Future[int | None] | None = None
         self._killed = False
 
@@ -298,10 +335,14 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         try:
             if self.workspace_fd is not None:
                 fds.append(clone_tree(self.workspace_fd))  # two system calls
+            elif self.source is not None:  # the branch is made in its namespaces
+                fds += [os.dup(fd) for fd in self.source.namespaces_inside()]
             fds.append(self._private(request))  # always the last
             # A start cancelled after the request went out still gets its answer: the kernel
             # it forked is then known, and killed with the sandbox (not left running)
             await to_the_end(self._spawn(parent, fds))
+            if self.source is not None:
+                await to_the_end(self._continue(self.source))
         except OSError as exc:
             raise SandboxError(
                 f"The forked kernel's workspace could not be mounted: {exc}"
@@ -325,11 +366,64 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         return kernelspec.connection_info(f"{sockets}/s", self.key)
 
     async def _spawn(self, parent: Parent, fds: list[int]) -> None:
-        """Have the parent fork the kernel; keep what it answers on the sandbox."""
-        self.pid, folders, self.exited = await parent.spawn(fds)
+        """Have the parent fork the kernel (a branch: its sandbox); keep what it answers on
+        the sandbox."""
+        self.pid, handed, self.exited = await parent.spawn(fds, branch=self.source is not None)
         # the pidfd the parent opened before it answered (it reaps its kernels' pid 1, so
         # that pid was not reused meanwhile): a kill through it never reaches another process
-        self.work_fd, self.sock_fd, self.pidfd = folders
+        self.work_fd, self.sock_fd, *self.namespaces, self.pidfd = handed
+
+    async def _continue(self, source: ForkserverSandbox) -> None:
+        """Have the snapshot fork its continuation into this branch's namespaces."""
+        assert self.group is not None
+        fds = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in self.group.proc_files]
+        try:
+            fds += self.namespaces
+            fds.append(self._private(self._request()))
+            order = {"cgroups": len(self.group.proc_files), "namespaces": BRANCH_NAMESPACES}
+            await asyncio.to_thread(source.order_continuation, order, fds)
+        finally:
+            for fd in fds[: len(self.group.proc_files)] + fds[-1:]:
+                os.close(fd)
+            # its user and PID namespaces stay open: a continuation of this one, kept in its
+            # turn, is made inside them (`namespaces_inside`)
+            for name, fd in zip(BRANCH_NAMESPACES, self.namespaces, strict=True):
+                if name in ("user", "pid"):
+                    self.kept_namespaces.append(fd)
+                else:
+                    os.close(fd)
+            self.namespaces = []
+
+    def namespaces_inside(self) -> list[int]:
+        """Descriptors of the namespaces a branch of this sandbox's kernel is made inside:
+        its PID namespace (pid 1's pidfd), and for a branch its own PID and user ones."""
+        if self.kept_namespaces:
+            user, pid = self.kept_namespaces
+            return [pid, user]
+        if self.pidfd is None:
+            raise SandboxError("The snapshot's sandbox has ended.")
+        return [self.pidfd]
+
+    def order_continuation(self, order: dict[str, Any], fds: list[int]) -> None:
+        """Ask this kept kernel (its snapshot socket) to fork a continuation (blocking).
+        The snapshot ran user code: nothing it answers is trusted but that it answered."""
+        assert self.sock_fd is not None
+        path = f"/proc/self/fd/{self.sock_fd}/{SNAPSHOT_SOCKET}"
+        found = os.lstat(path)  # its folder is root's since the kernel started: no swap
+        if not stat.S_ISSOCK(found.st_mode) or found.st_uid != self.identity.uid:
+            raise SandboxError("The snapshot's socket is not the kernel's.")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as channel:
+            channel.settimeout(CONTINUE_TIMEOUT)
+            try:
+                channel.connect(path)
+                socket.send_fds(channel, [json.dumps(order).encode()], fds)
+                data, handed, _, _ = socket.recv_fds(channel, 1 << 12, 1)
+            except OSError as exc:
+                raise SandboxError(f"The snapshot did not fork its continuation: {exc}") from exc
+        for fd in handed:
+            os.close(fd)
+        if not data or b'"pid"' not in data:
+            raise SandboxError("The snapshot could not fork its continuation.")
 
     def open_workspace(self) -> None:
         """The run's workspace, opened as the kernel's uid (in a thread), is the sandbox's."""
@@ -396,6 +490,10 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
     async def usage(self) -> Usage:
         return Usage() if self.group is None else self.group.usage()
 
+    async def memory_bytes(self) -> int:
+        found = None if self.group is None else self.group.current_memory()
+        return found or 0
+
     async def death(self) -> Death | None:
         if self.exited is None or not self.exited.done() or self._killed:
             return None
@@ -410,6 +508,9 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
         finally:
             if self.pidfd is not None:
                 asyncio.get_running_loop().remove_reader(self.pidfd)
+            for fd in (*self.namespaces, *self.kept_namespaces):
+                os.close(fd)
+            self.namespaces, self.kept_namespaces = [], []
             for name in ("pidfd", "work_fd", "sock_fd", "workspace_fd"):
                 fd = getattr(self, name)
                 if fd is not None:

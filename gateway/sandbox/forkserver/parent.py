@@ -34,6 +34,10 @@ PYTHON = "/opt/venv/bin/python"
 PROGRAM = "/run/forkserver/zygote.py"
 FILTER = "/run/forkserver/seccomp.bpf"
 MAX_MESSAGE = 1 << 16
+MAX_DESCRIPTORS = 16
+# what a branch's answer holds besides its folders and pidfd: its namespaces, in the order
+# the continuation joins them (`kernels/zygote.py`, BRANCH_NAMESPACES)
+BRANCH_NAMESPACES = ("user", "mnt", "uts", "ipc", "net", "cgroup", "pid")
 READY_TIMEOUT = 120.0
 SPAWN_TIMEOUT = 60.0
 EXIT_TIMEOUT = 10.0  # how long a parent killed at stop may take to be gone
@@ -160,7 +164,7 @@ class Parent:
     def _on_message(self) -> None:
         assert self._sock is not None
         try:
-            data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 4)
+            data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, MAX_DESCRIPTORS)
         except BlockingIOError:
             return
         except OSError:
@@ -206,10 +210,15 @@ class Parent:
         self._exits.clear()
         self._early.clear()
 
-    async def spawn(self, fds: list[int]) -> tuple[int, list[int], asyncio.Future[int | None]]:
-        """Fork one sandboxed kernel: its pid, [working folder, socket folder], its exit.
-        What the kernel is to be (its request: uid, hostname, limits, connection, ...) is
-        in the last of `fds`, a memfd the parent passes on unread (`kernels/zygote.py`)."""
+    async def spawn(
+        self, fds: list[int], branch: bool = False
+    ) -> tuple[int, list[int], asyncio.Future[int | None]]:
+        """Fork one sandboxed kernel: its pid, [working folder, socket folder, pidfd], its
+        exit. What the kernel is to be (its request: uid, hostname, limits, connection,
+        ...) is in the last of `fds`, a memfd the parent passes on unread
+        (`kernels/zygote.py`). A `branch` is a sandbox without a kernel, for a
+        continuation of a snapshot to join: its namespaces follow the socket folder
+        (`BRANCH_NAMESPACES`)."""
         await self.ensure()
         assert self._sock is not None
         loop = asyncio.get_running_loop()
@@ -217,7 +226,7 @@ class Parent:
         ident = self._next
         reply: asyncio.Future[tuple[dict[str, Any], list[int]]] = loop.create_future()
         self._replies[ident] = reply
-        data = json.dumps({"op": "spawn", "id": ident}).encode()
+        data = json.dumps({"op": "branch" if branch else "spawn", "id": ident}).encode()
         try:
             socket.send_fds(self._sock, [data], fds)
             message, handed = await asyncio.wait_for(asyncio.shield(reply), SPAWN_TIMEOUT)
@@ -234,7 +243,7 @@ class Parent:
             for fd in handed:
                 os.close(fd)
             raise SandboxError(f"The forked kernel's sandbox could not be made: {message['error']}")
-        if len(handed) != 3:  # working folder, socket folder, pidfd
+        if len(handed) != 3 + (len(BRANCH_NAMESPACES) if branch else 0):
             for fd in handed:
                 os.close(fd)
             raise SandboxError("The forkserver answered without the kernel's descriptors.")

@@ -1,0 +1,216 @@
+"""Snapshots: a run's final kernel state, kept for later runs to start from (issue 32,
+DESIGN decision 24).
+
+A run with `keep` ends with its kernel told to become a snapshot (`KEEP`): the kernel
+process stops serving and waits, idle, in its own sandbox, which this registry then owns
+instead of the run. A run `from` a snapshot gets a fresh sandbox of its own, into which
+the snapshot forks a copy-on-write continuation (`SandboxBackend.branch`). The snapshot
+itself never runs again.
+
+A snapshot is its owner's alone: another user's id is 404, as an unknown one. One that
+went (its idle TTL passed, its owner's limits evicted it, it was deleted) is 410
+`snapshot_gone` for as long as this gateway remembers it (`GONE_REMEMBERED`).
+
+A continuation's processes live in a PID namespace inside its snapshot's (a namespace
+can be joined only from above), so a snapshot cannot end before the runs continuing from
+it, nor before the snapshots kept from those: each of them holds it (`holders`). Deleted
+or evicted meanwhile, it is gone for every caller at once and ends when the last holder
+lets go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import secrets
+import time
+from datetime import UTC, datetime, timedelta
+
+from gateway.errors import GatewayError, NotFound
+from gateway.execution.session import KernelSession
+from gateway.models.record import SnapshotInfo
+from gateway.runs.config import SnapshotsConfig
+from gateway.sandbox.base import Sandbox
+
+log = logging.getLogger(__name__)
+
+# Run silently in the kernel after its run: no name is bound in the user's namespace
+KEEP = "__import__('kernels.python.snapshot', fromlist=['keep']).keep()"
+KEEP_TIMEOUT = 10.0
+GONE_REMEMBERED = 10_000  # ids of snapshots that went, for 410 rather than 404
+SWEEP_EVERY = 10.0
+
+
+class SnapshotGone(GatewayError, status=410, code="snapshot_gone"):
+    """The snapshot existed and went: its TTL passed, or it was evicted or deleted."""
+
+
+@dataclasses.dataclass(eq=False)
+class Snapshot:
+    id: str
+    user: str
+    sandbox: Sandbox
+    bytes: int
+    parent: Snapshot | None
+    used: float = dataclasses.field(default_factory=time.monotonic)  # last kept or started from
+    holders: int = 0  # runs continuing from it now, snapshots kept from those
+    gone: str | None = None  # why it went: it then ends when its last holder lets go
+
+
+class Snapshots:
+    def __init__(self, config: SnapshotsConfig) -> None:
+        self.config = config
+        self._kept: dict[str, Snapshot] = {}
+        self._gone: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
+        self._ending: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    # --- keeping ----------------------------------------------------------------------------
+
+    async def keep(
+        self, session: KernelSession, user: str, parent: Snapshot | None
+    ) -> tuple[SnapshotInfo | None, str | None]:
+        """Keep `session`'s kernel as a snapshot of `user`'s (the session gives its sandbox
+        up to it); or a note saying why it was not kept."""
+        if session.dead:
+            return None, "The kernel's state was not kept: the kernel had ended."
+        try:
+            reply = await session.client.run_silent(KEEP, KEEP_TIMEOUT)
+        except (GatewayError, TimeoutError) as exc:
+            return None, f"The kernel's state was not kept: {exc}"
+        if reply.get("status") != "ok":
+            return None, "The kernel's state was not kept: the kernel refused."
+        sandbox = session.give_away()
+        snapshot = Snapshot(
+            id=f"snap_{secrets.token_urlsafe(18)}",
+            user=user,
+            sandbox=sandbox,
+            bytes=await sandbox.memory_bytes(),
+            parent=parent,
+        )
+        if parent is not None:
+            parent.holders += 1
+        self._kept[snapshot.id] = snapshot
+        note = self._within_limits(user, snapshot)
+        if snapshot.gone is not None:
+            return None, note
+        return self.info(snapshot), note
+
+    def _within_limits(self, user: str, newest: Snapshot) -> str | None:
+        """Evict `user`'s least recently used snapshots until their count and bytes are
+        within the operator's limits (never another user's); a note if any went."""
+        evicted = 0
+        while True:
+            own = sorted(self.owned(user), key=lambda s: s.used)
+            count, total = len(own), sum(s.bytes for s in own)
+            if count <= self.config.per_user and total <= self.config.bytes_per_user:
+                break
+            # the oldest first, the one just kept last
+            victim = next((s for s in own if s is not newest), newest)
+            self._go(victim, "evicted: its owner's snapshot limits were reached")
+            evicted += 1
+            if victim is newest:
+                return (
+                    "The kernel's state was not kept: it alone is over this gateway's "
+                    "snapshot limits."
+                )
+        if evicted:
+            return f"{evicted} older snapshot(s) of yours went to keep this one (limits)."
+        return None
+
+    # --- using --------------------------------------------------------------------------
+
+    def take(self, snapshot_id: str, user: str) -> Snapshot:
+        """Hold `user`'s snapshot for a run that starts from it (`release` after)."""
+        snapshot = self._kept.get(snapshot_id)
+        if snapshot is not None and snapshot.user == user and snapshot.gone is None:
+            snapshot.holders += 1
+            snapshot.used = time.monotonic()
+            return snapshot
+        went = self._gone.get(snapshot_id)
+        if went is not None and went[0] == user:
+            raise SnapshotGone(f"The snapshot {snapshot_id} is gone: {went[1]}.", field="from")
+        raise NotFound(f"There is no snapshot {snapshot_id}.", field="from")
+
+    def release(self, snapshot: Snapshot) -> None:
+        snapshot.holders -= 1
+        snapshot.used = time.monotonic()
+        if snapshot.gone is not None and snapshot.holders == 0:
+            self._end(snapshot)
+
+    def owned(self, user: str) -> list[Snapshot]:
+        return [s for s in self._kept.values() if s.user == user and s.gone is None]
+
+    def info(self, snapshot: Snapshot) -> SnapshotInfo:
+        left = snapshot.used + self.config.ttl - time.monotonic()
+        expires = datetime.now(UTC) + timedelta(seconds=max(0.0, left))
+        return SnapshotInfo(
+            id=snapshot.id,
+            expires_at=expires.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            bytes=snapshot.bytes,
+        )
+
+    def delete(self, snapshot_id: str, user: str) -> None:
+        snapshot = self._kept.get(snapshot_id)
+        if snapshot is None or snapshot.user != user or snapshot.gone is not None:
+            self.take(snapshot_id, user)  # raises: 410 for one that went, else 404
+        assert snapshot is not None
+        self._go(snapshot, "deleted")
+
+    # --- going ----------------------------------------------------------------------------
+
+    def _go(self, snapshot: Snapshot, why: str) -> None:
+        """Gone for every caller from now; ended once nothing holds it."""
+        snapshot.gone = why
+        self._gone[snapshot.id] = (snapshot.user, why)
+        while len(self._gone) > GONE_REMEMBERED:
+            self._gone.popitem(last=False)
+        if snapshot.holders == 0:
+            self._end(snapshot)
+
+    def _end(self, snapshot: Snapshot) -> None:
+        if self._kept.pop(snapshot.id, None) is None:
+            return
+        task = asyncio.create_task(snapshot.sandbox.destroy())
+        self._ending.add(task)
+        task.add_done_callback(self._ended)
+        if snapshot.parent is not None:
+            self.release(snapshot.parent)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._ending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a snapshot's sandbox could not be destroyed", exc_info=task.exception())
+
+    def sweep(self) -> None:
+        """Every snapshot idle past its TTL goes."""
+        now = time.monotonic()
+        for snapshot in list(self._kept.values()):
+            idle = snapshot.gone is None and snapshot.holders == 0
+            if idle and now - snapshot.used > self.config.ttl:
+                self._go(snapshot, "expired: no run started from it within its TTL")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            self.sweep()
+
+    async def close(self) -> None:
+        """Every snapshot ends (a gateway's snapshots do not outlive it)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for snapshot in list(self._kept.values()):
+            self._gone[snapshot.id] = (snapshot.user, "its gateway stopped")
+            snapshot.gone, snapshot.parent = "its gateway stopped", None
+            snapshot.holders = 0
+            self._end(snapshot)
+        if self._ending:
+            await asyncio.gather(*self._ending, return_exceptions=True)

@@ -1,0 +1,273 @@
+"""A kept kernel, and the continuations forked from it (issue 32; DESIGN decision 24).
+
+`keep()`, run silently in a kernel after its run, stops the kernel's loop once its reply is
+out; `prebuilt.launch` then calls `hold()`, and the kernel process becomes the snapshot:
+its own threads idle, its main thread blocked on a socket in its socket folder
+(`SNAPSHOT_SOCKET`), which only the gateway reaches (through the folder's descriptor).
+
+Each order on that socket forks a continuation. The child (`_continue`) joins the
+branch's cgroups and namespaces the gateway sends (built by the forkserver's parent,
+owned by a user namespace whose owner is the sandbox uid: `kernels/zygote.py`,
+`branch`), drops what that gave it, and forks the kernel process proper, which starts
+ipykernel again around the same shell: the user's variables, imports and execution count
+are the snapshot's; its key, sockets, threads and loop are its own.
+
+Nothing here is trusted by the gateway: the snapshot ran user code, so this module's code
+in it may have been replaced. What keeps branches apart is what the parent built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import socket
+import stat
+import sys
+import traceback
+from typing import Any
+
+SNAPSHOT_SOCKET = "/run/kernel/snapshot"
+MAX_MESSAGE = 1 << 16
+# setns(2)'s nstype for each namespace the gateway may hand over, in the order joined: the
+# user namespace first (it is what allows the others), the PID namespace last (for children)
+NAMESPACES = (
+    ("user", 0x10000000),
+    ("mnt", 0x00020000),
+    ("uts", 0x04000000),
+    ("ipc", 0x08000000),
+    ("net", 0x40000000),
+    ("cgroup", 0x02000000),
+    ("pid", 0x20000000),
+)
+PR_CAPBSET_DROP = 24
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+WORKDIR = "/workspace"
+KERNEL_LOG = "/run/kernel/kernel.log"
+
+# what `IPKernelApp.initialize` makes and refuses to find made already
+APP_OWN = (
+    "context",
+    "heartbeat",
+    "iopub_thread",
+    "control_thread",
+    "shell_channel_thread",
+    "kernel",
+)
+
+_kept = False
+
+
+def keep() -> None:
+    """Become the snapshot once this request's reply is out (the kernel's loop stops)."""
+    global _kept
+    from IPython import get_ipython
+
+    _kept = True
+    loop = get_ipython().kernel.io_loop
+    loop.add_callback(loop.stop)
+
+
+def kept() -> bool:
+    return _kept
+
+
+_listener: socket.socket | None = None
+
+
+def listen() -> None:
+    """Bind the snapshot's socket, as the kernel starts: the gateway takes the socket folder
+    from the kernel once its sockets exist, so nothing can be bound there later (and
+    nothing swapped for what the gateway will connect to)."""
+    global _listener
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(SNAPSHOT_SOCKET)
+    listener.listen(8)
+    listener.set_inheritable(False)
+    _listener = listener
+
+
+def hold() -> None:
+    """Serve continuation orders until the gateway kills this process (blocking)."""
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # the kernel's log, not iopub
+    listener = _listener
+    if listener is None:
+        raise RuntimeError("this kernel has no snapshot socket")
+    while True:
+        connection, _ = listener.accept()
+        with connection:
+            try:
+                data, fds, _, _ = socket.recv_fds(connection, MAX_MESSAGE, 32)
+            except OSError:
+                continue
+            try:
+                order = json.loads(data)
+                child = os.fork()
+                if child == 0:
+                    code = 70
+                    try:
+                        listener.close()
+                        _continue(order, fds)
+                        code = 0
+                    except BaseException as exc:
+                        traceback.print_exc()  # the snapshot's log
+                        told = json.dumps({"error": repr(exc)}).encode()
+                        with contextlib.suppress(OSError):
+                            socket.send_fds(connection, [told], [])
+                    finally:
+                        os._exit(code)
+                pidfd = os.pidfd_open(child)
+                try:
+                    socket.send_fds(connection, [json.dumps({"pid": child}).encode()], [pidfd])
+                finally:
+                    os.close(pidfd)
+                os.waitpid(child, 0)  # it forks the kernel and ends at once
+            except (OSError, ValueError):
+                pass
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+
+def _continue(order: dict[str, Any], fds: list[int]) -> None:
+    """The continuation's first process: into the branch's sandbox, then fork the kernel."""
+    count = int(order.get("cgroups", 0))
+    names = [str(n) for n in order.get("namespaces", [])]
+    *rest, private = fds
+    for fd in rest[:count]:
+        os.write(fd, b"0")  # opened by the gateway (root): its open-time rights allow this
+    namespaces = dict(zip(names, rest[count:], strict=True))
+    # the snapshot's working folder, opened before the branch's mount namespace hides it
+    working = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    libc = ctypes.CDLL(None, use_errno=True)
+    for name, nstype in NAMESPACES:
+        if name in namespaces and libc.setns(namespaces[name], nstype) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {name}")
+    if "user" in namespaces:
+        _drop_capabilities(libc)
+    kernel = os.fork()
+    if kernel == 0:
+        code = 70
+        try:
+            _kernel(private, working)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+
+def _drop_capabilities(libc: Any) -> None:
+    """Joining the user namespace gave every capability in it: none are kept."""
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:
+            break  # past the last capability
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("e", ctypes.c_uint32), ("p", ctypes.c_uint32), ("i", ctypes.c_uint32)]
+
+    header = Header(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (Data * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _kernel(private: int, working: int) -> None:
+    """The continuation's kernel process: the snapshot's working folder copied, its own
+    session, output, environment and sockets."""
+    os.setsid()
+    with os.fdopen(os.dup(private), "rb") as source:
+        request: dict[str, Any] = json.loads(source.read())
+    _copy_tree(working, WORKDIR)
+    _cover_inherited_descriptors()
+    os.umask(0o022)
+    os.chdir(WORKDIR)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+    argv = [str(a) for a in request["argv"]]
+    sys.argv = ["ipykernel", *argv]
+    _restart(argv)
+
+
+def _copy_tree(source: int, target: str) -> None:
+    """Copy the folder open as `source` into `target` (files, folders, links as links;
+    nothing followed)."""
+    for folder, dirs, files, fd in os.fwalk(".", dir_fd=source, follow_symlinks=False):
+        here = os.path.normpath(os.path.join(target, folder))
+        for name in dirs:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(os.path.join(here, name), 0o755)
+        for name in files:
+            to = os.path.join(here, name)
+            try:
+                os.symlink(os.readlink(name, dir_fd=fd), to)
+                continue
+            except OSError:
+                pass  # not a link
+            try:
+                opened = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            except OSError:
+                continue  # a socket, a fifo: not carried
+            with os.fdopen(opened, "rb") as src:
+                mode = os.fstat(src.fileno()).st_mode
+                if not stat.S_ISREG(mode):
+                    continue
+                with open(to, "xb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                os.chmod(to, mode & 0o777)
+    os.close(source)
+
+
+def _cover_inherited_descriptors() -> None:
+    """Every descriptor the snapshot had open (its files, sockets, the old kernel's) is
+    /dev/null from here: closed, its number could be reused by a new socket and then
+    written to by an object of the snapshot that still holds it."""
+    null = os.open("/dev/null", os.O_RDWR)
+    log = os.open(KERNEL_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in (null, log):
+            with contextlib.suppress(OSError):
+                os.dup2(null, fd, inheritable=False)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+
+
+def _restart(argv: list[str]) -> None:
+    """Start ipykernel again in this process around the snapshot's shell."""
+    from ipykernel import ipkernel, kernelapp
+    from ipykernel.zmqshell import ZMQInteractiveShell
+    from jupyter_client.session import Session
+
+    import kernels.python.startup as startup
+    from kernels.python import prebuilt
+
+    app: Any = kernelapp.IPKernelApp.instance()
+    shell: Any = ZMQInteractiveShell.instance()
+    app.reset_io()
+    # the snapshot's kernel object and comm manager are singletons: the new ones are new
+    ipkernel.IPythonKernel.clear_instance()
+    ipkernel._comm_manager = None
+    for name in APP_OWN:
+        setattr(app, name, None)
+    # a session of its own: the snapshot's drops what it is asked to send from a fork
+    # (`Session.check_pid`), and its id is the snapshot's
+    app.session = Session(parent=app)
+    if "-f" in argv:  # its own connection file (the same path, in its own sandbox, so far)
+        app.connection_file = argv[argv.index("-f") + 1]
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    listen()  # in its own socket folder, before the gateway takes the folder
+    prebuilt.initialize_again(app, shell, argv)
+    startup.attach_kernel(shell)
+    app.start()
+    if kept():  # kept in its turn: a snapshot of a continuation
+        hold()
