@@ -30,11 +30,18 @@ DOC = checked_document()
 # the document's own list (gateway.openapi.ERROR_CODES) is held to this one
 # (test_openapi.py), never used as the oracle.
 DOCUMENTED_ERRORS: dict[int, set[str]] = {
-    400: {"invalid_request", "unsupported_language", "invalid_path", "conflicting_fields"},
+    400: {
+        "invalid_request",
+        "unsupported_language",
+        "invalid_path",
+        "conflicting_fields",
+        "snapshot_unsupported",
+    },
     401: {"unauthorized"},
     403: {"forbidden", "archive_mode_disabled"},
     404: {"not_found"},
     405: {"method_not_allowed"},
+    410: {"snapshot_gone"},
     413: {"payload_too_large"},
     415: {"unsupported_media_type"},
     429: {"capacity"},

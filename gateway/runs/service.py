@@ -108,7 +108,7 @@ class RunService:
     @property
     def settled(self) -> bool:
         """No run is active, no sandbox is being destroyed, no pool kernel is starting."""
-        return not self.active and not self.pools.busy
+        return not self.active and not self.pools.busy and not self.snapshots.busy
 
     @property
     def queued(self) -> int:

@@ -42,6 +42,9 @@ KEEP = "__import__('kernels.python.snapshot', fromlist=['keep']).keep()"
 KEEP_TIMEOUT = 10.0
 GONE_REMEMBERED = 10_000  # ids of snapshots that went, for 410 rather than 404
 SWEEP_EVERY = 10.0
+# Each continuation is a user and a PID namespace inside its snapshot's; the kernel nests
+# them 32 deep at most
+MAX_DEPTH = 30
 
 
 class SnapshotGone(GatewayError, status=410, code="snapshot_gone"):
@@ -55,6 +58,7 @@ class Snapshot:
     sandbox: Sandbox
     bytes: int
     parent: Snapshot | None
+    depth: int = 0  # how many continuations deep (a run's own kernel: 0)
     used: float = dataclasses.field(default_factory=time.monotonic)  # last kept or started from
     holders: int = 0  # runs continuing from it now, snapshots kept from those
     gone: str | None = None  # why it went: it then ends when its last holder lets go
@@ -80,6 +84,12 @@ class Snapshots:
         up to it); or a note saying why it was not kept."""
         if session.dead:
             return None, "The kernel's state was not kept: the kernel had ended."
+        depth = 0 if parent is None else parent.depth + 1
+        if depth > MAX_DEPTH:
+            return None, (
+                f"The kernel's state was not kept: a chain of snapshots is at most {MAX_DEPTH} "
+                "continuations deep."
+            )
         try:
             reply = await session.client.run_silent(KEEP, KEEP_TIMEOUT)
         except (GatewayError, TimeoutError) as exc:
@@ -93,6 +103,7 @@ class Snapshots:
             sandbox=sandbox,
             bytes=await sandbox.memory_bytes(),
             parent=parent,
+            depth=depth,
         )
         if parent is not None:
             parent.holders += 1
@@ -128,6 +139,7 @@ class Snapshots:
 
     def take(self, snapshot_id: str, user: str) -> Snapshot:
         """Hold `user`'s snapshot for a run that starts from it (`release` after)."""
+        self.sweep()
         snapshot = self._kept.get(snapshot_id)
         if snapshot is not None and snapshot.user == user and snapshot.gone is None:
             snapshot.holders += 1
@@ -145,6 +157,7 @@ class Snapshots:
             self._end(snapshot)
 
     def owned(self, user: str) -> list[Snapshot]:
+        self.sweep()
         return [s for s in self._kept.values() if s.user == user and s.gone is None]
 
     def info(self, snapshot: Snapshot) -> SnapshotInfo:
@@ -201,15 +214,24 @@ class Snapshots:
             await asyncio.sleep(SWEEP_EVERY)
             self.sweep()
 
+    @property
+    def busy(self) -> bool:
+        """A snapshot's sandbox is being destroyed."""
+        return bool(self._ending)
+
     async def close(self) -> None:
         """Every snapshot ends (a gateway's snapshots do not outlive it)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        await self.clear("its gateway stopped")
+
+    async def clear(self, why: str) -> None:
+        """Every snapshot goes now, held or not, and has ended when this returns."""
         for snapshot in list(self._kept.values()):
-            self._gone[snapshot.id] = (snapshot.user, "its gateway stopped")
-            snapshot.gone, snapshot.parent = "its gateway stopped", None
+            self._gone[snapshot.id] = (snapshot.user, why)
+            snapshot.gone, snapshot.parent = why, None
             snapshot.holders = 0
             self._end(snapshot)
         if self._ending:

@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import socket
 import stat
 import sys
@@ -104,12 +105,15 @@ def hold() -> None:
                 continue
             try:
                 order = json.loads(data)
+                # Python re-seeds `random` in a forked child: the continuation gets this back
+                # (a continuation is the same state; numpy's generators carry theirs anyway)
+                state = random.getstate()
                 child = os.fork()
                 if child == 0:
                     code = 70
                     try:
                         listener.close()
-                        _continue(order, fds)
+                        _continue(order, fds, state)
                         code = 0
                     except BaseException as exc:
                         traceback.print_exc()  # the snapshot's log
@@ -131,7 +135,7 @@ def hold() -> None:
                     os.close(fd)
 
 
-def _continue(order: dict[str, Any], fds: list[int]) -> None:
+def _continue(order: dict[str, Any], fds: list[int], state: object) -> None:
     """The continuation's first process: into the branch's sandbox, then fork the kernel."""
     count = int(order.get("cgroups", 0))
     names = [str(n) for n in order.get("namespaces", [])]
@@ -151,6 +155,7 @@ def _continue(order: dict[str, Any], fds: list[int]) -> None:
     if kernel == 0:
         code = 70
         try:
+            random.setstate(state)  # type: ignore[arg-type]
             _kernel(private, working)
             code = 0
         except SystemExit as exc:

@@ -1,0 +1,301 @@
+"""Snapshots (issue 32, DESIGN decision 24): a run with `keep` leaves its kernel's final
+state as a snapshot; a run `from` it gets a fresh sandbox whose kernel is a copy-on-write
+fork of the snapshot's. Real forked kernels throughout.
+
+The promises: the state is carried (variables, imports, the working folder's files);
+branches are apart from each other and from the snapshot (files, /tmp, processes, the
+network, signals), which never changes; what a continuation does not carry (threads,
+subprocesses, open files, /tmp) is not there; a snapshot is its owner's alone (404 for
+anyone else, as for an unknown id); one that went is 410 snapshot_gone, whichever way it
+went (deleted, evicted by its owner's limits, expired); languages and backends that
+cannot keep a kernel say so (400)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.conftest import start_gateway
+from tests.support import Client, GatewayThread, serving
+
+ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
+
+
+@pytest.fixture(scope="module")
+def forked() -> Iterator[GatewayThread]:
+    users = {ALICE: ("alice", "user"), BOB: ("bob", "user")}
+    yield from serving(start_gateway("forkserver", users=users, snapshots_per_user=3))
+
+
+@pytest.fixture
+def alice(forked: GatewayThread) -> Iterator[Client]:
+    yield forked.client(ALICE)
+    forget_snapshots(forked)
+
+
+@pytest.fixture
+def bob(forked: GatewayThread) -> Client:
+    return forked.client(BOB)
+
+
+def forget_snapshots(server: GatewayThread) -> None:
+    """Every snapshot of `server` ends: none outlives its test (the leak census)."""
+    services = server.gateway.services
+    assert services is not None
+    server.call(services.runs.snapshots.clear("the test ended"))
+
+
+def kept(client: Client, code: str) -> str:
+    record = client.run(code=code, keep=True)
+    assert record["status"] == "succeeded", record
+    assert record["snapshot"] is not None, record
+    return str(record["snapshot"]["id"])
+
+
+def continued(client: Client, snapshot: str, code: str) -> dict[str, object]:
+    record = client.run(code=code, **{"from": snapshot})
+    assert record["status"] == "succeeded", record
+    assert record["continued_from"] == snapshot
+    return record
+
+
+def error_of(client: Client, body: dict[str, object]) -> tuple[int, str, str]:
+    response = client.request("POST", "/v1/runs", body)
+    error = response.json()["error"]
+    return response.status, error["code"], error["message"]
+
+
+STATE = """\
+import json, os
+import numpy as np
+x = 41
+a = np.arange(10)
+def twice(v):
+    return 2 * v
+with open('data.txt', 'w') as f:
+    f.write('kept')
+os.makedirs('folder/deeper', exist_ok=True)
+with open('folder/deeper/more.txt', 'w') as f:
+    f.write('also kept')
+print('state made')
+"""
+
+
+def test_a_run_from_a_snapshot_starts_with_its_state(alice: Client) -> None:
+    before = datetime.now(UTC)
+    record = alice.run(code=STATE, keep=True)
+    assert record["status"] == "succeeded", record
+    assert record["stdout"] == "state made\n"
+    snapshot = record["snapshot"]
+    assert re.fullmatch(r"snap_[A-Za-z0-9_-]{16,64}", snapshot["id"])
+    expires = datetime.fromisoformat(snapshot["expires_at"].replace("Z", "+00:00"))
+    assert expires > before  # the gateway's default TTL is an hour
+    assert snapshot["bytes"] > 1 << 20  # a kernel with numpy holds megabytes
+    result = continued(
+        alice,
+        snapshot["id"],
+        "print(twice(x), int(a.sum()), open('data.txt').read(), "
+        "open('folder/deeper/more.txt').read())",
+    )
+    assert result["stdout"] == "82 45 kept also kept\n"
+    assert result["snapshot"] is None  # kept only when asked
+
+
+def test_a_chain_of_continuations_carries_each_step(alice: Client) -> None:
+    first = kept(alice, "steps = ['one']")
+    second = alice.run(code="steps.append('two')", keep=True, **{"from": first})
+    assert second["status"] == "succeeded" and second["snapshot"], second
+    third = alice.run(code="steps.append('three')", keep=True, **{"from": second["snapshot"]["id"]})
+    assert third["status"] == "succeeded" and third["snapshot"], third
+    last = continued(alice, third["snapshot"]["id"], "print(steps)")
+    assert last["stdout"] == "['one', 'two', 'three']\n"
+    # each step is a state of its own: the first still has only its own
+    assert continued(alice, first, "print(steps)")["stdout"] == "['one']\n"
+
+
+# The `sleep` processes this kernel can see (the image has no pgrep)
+SLEEPERS = """\
+import os
+def sleepers():
+    found = 0
+    for pid in (p for p in os.listdir('/proc') if p.isdigit()):
+        try:
+            found += open(f'/proc/{pid}/cmdline', 'rb').read().startswith(b'sleep')
+        except OSError:
+            pass
+    return found
+"""
+
+
+# Everything one branch may leave: a variable, files in the working folder and /tmp, a
+# process, a listening socket; then what it can see of anything else.
+BRANCH = """\
+import os, socket, subprocess, json
+mark = '{mark}'
+x = mark
+open(f'/workspace/{mark}', 'w').write(mark)
+open(f'/tmp/{mark}', 'w').write(mark)
+sleeper = subprocess.Popen(['sleep', '300'])
+server = socket.socket()
+server.bind(('127.0.0.1', 7777))
+server.listen()
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+killed = []
+for pid in pids:
+    if pid not in (1, os.getpid(), sleeper.pid):
+        try:
+            os.kill(pid, 9)
+            killed.append(pid)
+        except OSError:
+            pass
+print(json.dumps({{
+    'files': sorted(os.listdir('/workspace')),
+    'tmp': sorted(n for n in os.listdir('/tmp') if not n.startswith('.')),
+    'pids': pids,
+    'host': socket.gethostname(),
+}}))
+"""
+
+
+def test_branches_are_apart_and_the_snapshot_never_changes(alice: Client) -> None:
+    import json
+
+    snapshot = kept(alice, "x = 'original'\nopen('base.txt', 'w').write('base')")
+    seen = []
+    for mark in ("left", "right"):
+        record = continued(alice, snapshot, BRANCH.format(mark=mark))
+        seen.append(json.loads(str(record["stdout"])))
+    left, right = seen
+    # each sees the snapshot's files and its own, never the other's (or its /tmp)
+    assert left["files"] == ["base.txt", "left"]
+    assert right["files"] == ["base.txt", "right"]
+    assert left["tmp"] == ["left"] and right["tmp"] == ["right"]
+    # its own PID namespace: its pid 1, the kernel, its own process and the tools it ran
+    assert 1 in right["pids"] and len(right["pids"]) <= 5, right["pids"]
+    assert left["host"] != right["host"]
+    # the right one could bind the port the left one held: its own network namespace
+    # (binding it again in the same namespace would have raised)
+    after = continued(
+        alice,
+        snapshot,
+        f"{SLEEPERS}\nprint(x, sorted(os.listdir('.')), sleepers())",
+    )
+    assert after["stdout"] == "original ['base.txt'] 0\n"
+
+
+def test_fifty_branches_leave_the_snapshot_as_it_was(alice: Client) -> None:
+    snapshot = kept(alice, "counter = 0\nopen('n.txt', 'w').write('0')")
+    for _ in range(50):
+        continued(alice, snapshot, "counter += 1\nopen('n.txt', 'w').write(str(counter))")
+    last = continued(alice, snapshot, "print(counter, open('n.txt').read())")
+    assert last["stdout"] == "0 0\n"
+
+
+NOT_CARRIED = """\
+import os, subprocess, threading, time, random
+ticks = []
+def tick():
+    while True:
+        ticks.append(1)
+        time.sleep(0.01)
+threading.Thread(target=tick, daemon=True).start()
+child = subprocess.Popen(['sleep', '300'])
+kept_file = open('/workspace/open.txt', 'w')
+kept_file.write('before')
+kept_file.flush()
+open('/tmp/scratch', 'w').write('t')
+random.seed(7)
+time.sleep(0.1)
+"""
+
+AFTER = SLEEPERS + """
+import time, random
+n = len(ticks)
+time.sleep(0.2)
+print(len(ticks) == n, child.poll(), 'scratch' in os.listdir('/tmp'), sleepers())
+kept_file.write(' written after')
+kept_file.flush()
+print(open('/workspace/open.txt').read(), random.random())
+"""
+
+
+def test_what_a_continuation_does_not_carry(alice: Client) -> None:
+    """Threads, subprocesses, open files and /tmp stay behind (API.md, "Snapshots"); the
+    random generators carry their state."""
+    snapshot = kept(alice, NOT_CARRIED)
+    first = continued(alice, snapshot, AFTER)
+    lines = str(first["stdout"]).splitlines()
+    # no tick thread; the child is not its child (poll: ECHILD reads as ended, 0); no /tmp;
+    # no sleep process at all
+    assert lines[0] == "True 0 False 0"
+    # the file object of the snapshot writes nowhere: the copy of the file is as it was
+    text, number = lines[1].rsplit(" ", 1)
+    assert text == "before"
+    # the same random state in every continuation
+    second = continued(alice, snapshot, AFTER)
+    assert str(second["stdout"]).splitlines()[1].rsplit(" ", 1)[1] == number
+
+
+def test_a_snapshot_is_its_owners_alone(alice: Client, bob: Client) -> None:
+    snapshot = kept(alice, "secret = 'alice'")
+    status, code, _ = error_of(bob, {"code": "print(secret)", "from": snapshot})
+    assert (status, code) == (404, "not_found")  # exactly as for an id that never was
+    unknown = "snap_" + "A" * 24
+    assert error_of(bob, {"code": "1", "from": unknown})[:2] == (404, "not_found")
+    assert bob.request("GET", "/v1/snapshots").json() == {"snapshots": []}
+    assert bob.request("DELETE", f"/v1/snapshots/{snapshot}").status == 404
+    listed = alice.request("GET", "/v1/snapshots").json()["snapshots"]
+    assert [s["id"] for s in listed] == [snapshot]
+
+
+def test_a_deleted_snapshot_is_gone(alice: Client) -> None:
+    snapshot = kept(alice, "x = 1")
+    assert alice.request("DELETE", f"/v1/snapshots/{snapshot}").status == 204
+    status, code, message = error_of(alice, {"code": "print(x)", "from": snapshot})
+    assert (status, code) == (410, "snapshot_gone")
+    assert "deleted" in message
+    assert alice.request("DELETE", f"/v1/snapshots/{snapshot}").status == 410
+    assert alice.request("GET", "/v1/snapshots").json() == {"snapshots": []}
+
+
+def test_past_the_limit_the_owners_least_recently_used_goes(alice: Client, bob: Client) -> None:
+    theirs = kept(bob, "mine = 'bob'")
+    first, second, third = (kept(alice, f"n = {i}") for i in range(3))
+    continued(alice, first, "n")  # first is now more recently used than second
+    fourth = alice.run(code="n = 3", keep=True)
+    assert fourth["snapshot"] is not None
+    assert any("went to keep this one" in note for note in fourth["notes"]), fourth["notes"]
+    status, code, message = error_of(alice, {"code": "n", "from": second})
+    assert (status, code) == (410, "snapshot_gone") and "evicted" in message
+    for still in (first, third, fourth["snapshot"]["id"]):
+        continued(alice, still, "n")
+    continued(bob, theirs, "print(mine)")  # another user's never goes for alice's
+
+
+def test_an_idle_snapshot_expires() -> None:
+    server = start_gateway("forkserver", snapshot_ttl=1.0)
+    try:
+        client = server.client()
+        snapshot = kept(client, "x = 1")
+        time.sleep(1.5)
+        status, code, message = error_of(client, {"code": "x", "from": snapshot})
+        assert (status, code) == (410, "snapshot_gone") and "expired" in message
+    finally:
+        server.stop()
+
+
+def test_what_cannot_be_kept_says_so(alice: Client) -> None:
+    status, code, _ = error_of(alice, {"code": "echo hi", "language": "bash", "keep": True})
+    assert (status, code) == (400, "snapshot_unsupported")
+    status, code, _ = error_of(alice, {"code": "1", "keep": True, "network": True})
+    assert (status, code) == (400, "conflicting_fields")
+    status, code, _ = error_of(alice, {"code": "1", "from": "not-a-snapshot"})
+    assert (status, code) == (400, "invalid_request")
+    # a run that timed out keeps nothing, and says why
+    record = alice.run(code="import time; time.sleep(30)", keep=True, timeout=1)
+    assert record["status"] == "timed_out" and record["snapshot"] is None
+    assert any("not kept" in note for note in record["notes"]), record["notes"]
