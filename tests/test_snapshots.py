@@ -299,3 +299,41 @@ def test_what_cannot_be_kept_says_so(alice: Client) -> None:
     record = alice.run(code="import time; time.sleep(30)", keep=True, timeout=1)
     assert record["status"] == "timed_out" and record["snapshot"] is None
     assert any("not kept" in note for note in record["notes"]), record["notes"]
+
+
+BRANCH_PRIVILEGES = """\
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    ctypes.set_errno(0)
+    return 'ok' if libc.syscall(*args) >= 0 else errno.errorcode[ctypes.get_errno()]
+status = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)
+print({
+    'caps': sorted({status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')}),
+    'no_new_privs': status['NoNewPrivs'].strip(),
+    'seccomp': status['Seccomp'].strip(),
+    'setns_own_net': call(308, os.open('/proc/self/ns/net', os.O_RDONLY), 0x40000000),
+    'unshare_user': call(272, 0x10000000),
+    'mount': call(165, b'none', b'/tmp', b'tmpfs', 0, 0),
+    'uid': os.getuid(),
+})
+"""
+
+
+@pytest.mark.attack
+def test_a_branch_holds_no_privilege_in_its_own_namespaces(alice: Client) -> None:
+    """The continuation gained every capability in its branch's user namespace to join it,
+    and dropped them all: a branch's code can no more join, make or mount anything than a
+    run's own kernel can."""
+    import ast
+
+    snapshot = kept(alice, "import os\nuid = os.getuid()")
+    record = continued(alice, snapshot, BRANCH_PRIVILEGES)
+    found = ast.literal_eval(str(record["stdout"]))
+    assert found.pop("caps") == ["0000000000000000"]
+    assert found.pop("no_new_privs") == "1" and found.pop("seccomp") == "2"
+    uid = found.pop("uid")
+    assert continued(alice, snapshot, "print(uid)")["stdout"] == f"{uid}\n"  # the same uid
+    # joining even its own namespaces needs a capability it has not; making one, the filter
+    # refuses
+    assert found == dict.fromkeys(found, "EPERM"), found
