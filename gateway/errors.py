@@ -125,6 +125,10 @@ class NotFound(GatewayError, status=404, code="not_found"):
     """404: no such run or upload for this caller (or it expired, or was deleted)."""
 
 
+class SnapshotGone(GatewayError, status=410, code="snapshot_gone"):
+    """The snapshot existed and went: its TTL passed, or it was evicted or deleted."""
+
+
 class PayloadTooLarge(GatewayError, status=413, code="payload_too_large"):
     """413: code, files, a body or a message over the operator's limit."""
 

@@ -155,9 +155,9 @@ def test_forked_kernels_share_no_descriptor_randomness_key_or_namespace(
         assert not [t for t in targets if "forkserver" in t or "parent-" in t], targets
         kinds = [kind for _, kind in probe["fds"].values() if kind is not None]
         # but its own, the one a snapshot of it would serve on (kernels/python/snapshot.py)
-        assert [kind for kind in kinds if kind[1] == 5] == [
-            [1, 5, "/run/kernel/snapshot"]
-        ], probe["fds"]
+        assert [kind for kind in kinds if kind[1] == 5] == [[1, 5, "/run/kernel/snapshot"]], probe[
+            "fds"
+        ]
         # its own PID namespace: pid 1 (its reaper), the kernel, and what the kernel started
         assert probe["pids"][:2] == [1, 2] and len(probe["pids"]) < 8, probe["pids"]
         # its own cgroup namespace: its group is its root

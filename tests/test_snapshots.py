@@ -212,7 +212,9 @@ random.seed(7)
 time.sleep(0.1)
 """
 
-AFTER = SLEEPERS + """
+AFTER = (
+    SLEEPERS
+    + """
 import time, random
 n = len(ticks)
 time.sleep(0.2)
@@ -221,6 +223,7 @@ kept_file.write(' written after')
 kept_file.flush()
 print(open('/workspace/open.txt').read(), random.random())
 """
+)
 
 
 def test_what_a_continuation_does_not_carry(alice: Client) -> None:
@@ -337,3 +340,38 @@ def test_a_branch_holds_no_privilege_in_its_own_namespaces(alice: Client) -> Non
     # joining even its own namespaces needs a capability it has not; making one, the filter
     # refuses
     assert found == dict.fromkeys(found, "EPERM"), found
+
+
+def test_the_clients_session_carries_state_and_forks(forked: GatewayThread) -> None:
+    """`with client.session() as s`: each run starts from the state the one before kept; a
+    fork goes its own way; leaving deletes what the session kept (the sync and the async
+    client alike)."""
+    import asyncio
+
+    from gateway.client import AsyncGatewayClient, GatewayClient, SnapshotGone
+
+    url = f"http://127.0.0.1:{forked.port}"
+    with GatewayClient(url, token=ALICE) as client:
+        with client.session() as session:
+            session.run("x = 1")
+            assert session.run("print(x)").stdout == "1\n"
+            branch = session.fork()
+            branch.run("x = 2")
+            assert branch.run("print(x)").stdout == "2\n"
+            assert session.run("print(x)").stdout == "1\n"
+            first = session.snapshot
+            assert first is not None
+            branch.close()
+        assert client.list_snapshots().snapshots == []
+        with pytest.raises(SnapshotGone):
+            client.run("print(x)", continue_from=first)
+
+    async def asynchronous() -> list[str]:
+        async with AsyncGatewayClient(url, token=ALICE) as client:
+            async with client.session() as session:
+                await session.run("y = 'async'")
+                record = await session.run("print(y)")
+            listed = (await client.list_snapshots()).snapshots
+            return [record.stdout, *[s.id for s in listed]]
+
+    assert asyncio.run(asynchronous()) == ["async\n"]

@@ -31,6 +31,7 @@ from gateway.client.base import (
 )
 from gateway.client.clients import AsyncGatewayClient, GatewayClient
 from gateway.client.parts import returned_files, run_charts, run_error
+from gateway.client.sessions import AsyncSession, Session
 from gateway.client.stream import RunStream, StreamEvent
 from gateway.errors import (
     Forbidden,
@@ -40,6 +41,7 @@ from gateway.errors import (
     PayloadTooLarge,
     RateLimited,
     ServerError,
+    SnapshotGone,
     Unauthorized,
     Unavailable,
     UnexpectedAnswer,
@@ -49,6 +51,7 @@ from gateway.errors import (
 __all__ = [
     "DEFAULT_TIMEOUT",
     "AsyncGatewayClient",
+    "AsyncSession",
     "FileSpec",
     "Forbidden",
     "GatewayClient",
@@ -63,6 +66,8 @@ __all__ = [
     "RunOptions",
     "RunStream",
     "ServerError",
+    "Session",
+    "SnapshotGone",
     "StreamEvent",
     "Unauthorized",
     "Unavailable",

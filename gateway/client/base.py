@@ -22,7 +22,7 @@ from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.common import Language, Status
 from gateway.models.environment import Environment
 from gateway.models.listing import RunList
-from gateway.models.record import RunRecord
+from gateway.models.record import RunRecord, SnapshotList
 from gateway.version import __version__
 
 T = TypeVar("T")
@@ -60,6 +60,8 @@ class RunOptions(TypedDict, total=False):
     return_files: Sequence[str]
     network: bool
     working_dir: str
+    keep: bool  # keep the kernel's final state as a snapshot (the record's `snapshot`)
+    continue_from: str  # a snapshot's id to start from (the body's `from`)
 
 
 class NotebookOptions(TypedDict, total=False):
@@ -247,10 +249,25 @@ class BaseGatewayClient:
     def _openapi(self) -> Call[dict[str, Any]]:
         return Call("GET", "/openapi.json", json_object)
 
+    # --- snapshots --------------------------------------------------------------------
+
+    def _list_snapshots(self) -> Call[SnapshotList]:
+        return Call("GET", "/v1/snapshots", model_reader(SnapshotList))
+
+    def _delete_snapshot(self, snapshot_id: str) -> Call[None]:
+        path = f"/v1/snapshots/{_quote(snapshot_id)}"
+        return Call("DELETE", path, _nothing, answers=frozenset({204}))
+
+
+def _nothing(status: int, body: bytes) -> None:
+    return None
+
 
 def run_body(code: str | None, options: RunOptions) -> dict[str, Any]:
     """The JSON body of a run (`POST /v1/runs`, or a WebSocket `run` message's fields)."""
     body: dict[str, Any] = _plain(options)
+    if "continue_from" in body:  # `from` is a Python keyword: not an option's name
+        body["from"] = body.pop("continue_from")
     if code is not None:
         body["code"] = code
     return body

@@ -32,12 +32,13 @@ from gateway.client.base import (
     run_body,
 )
 from gateway.client.refusals import error_from_answer, not_the_api
+from gateway.client.sessions import AsyncSession, Session
 from gateway.client.stream import RunStream
 from gateway.errors import GatewayError, Unreachable
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.environment import Environment
 from gateway.models.listing import RunList
-from gateway.models.record import RunRecord
+from gateway.models.record import RunRecord, SnapshotList
 
 T = TypeVar("T")
 
@@ -142,6 +143,19 @@ class GatewayClient(BaseGatewayClient):
     def metrics(self) -> str:
         """`GET /metrics`: the Prometheus text."""
         return self._send(self._metrics())
+
+    def session(self, snapshot: str | None = None) -> Session:
+        """Runs that each start from the state the one before kept (`with` it: leaving
+        deletes what it kept); from `snapshot` if given (gateway.client.sessions)."""
+        return Session(self, snapshot)
+
+    def list_snapshots(self) -> SnapshotList:
+        """`GET /v1/snapshots`: the caller's kept kernel states, least recently used first."""
+        return self._send(self._list_snapshots())
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """`DELETE /v1/snapshots/{id}`."""
+        self._send(self._delete_snapshot(snapshot_id))
 
     def openapi(self) -> dict[str, Any]:
         """`GET /openapi.json`: the OpenAPI 3.1 document."""
@@ -268,6 +282,19 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
     async def metrics(self) -> str:
         """`GET /metrics`: the Prometheus text."""
         return await self._send(self._metrics())
+
+    def session(self, snapshot: str | None = None) -> AsyncSession:
+        """Runs that each start from the state the one before kept (`async with` it:
+        leaving deletes what it kept); from `snapshot` if given."""
+        return AsyncSession(self, snapshot)
+
+    async def list_snapshots(self) -> SnapshotList:
+        """`GET /v1/snapshots`: the caller's kept kernel states, least recently used first."""
+        return await self._send(self._list_snapshots())
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """`DELETE /v1/snapshots/{id}`."""
+        await self._send(self._delete_snapshot(snapshot_id))
 
     async def openapi(self) -> dict[str, Any]:
         """`GET /openapi.json`: the OpenAPI 3.1 document."""

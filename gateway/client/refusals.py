@@ -1,9 +1,9 @@
 """What the client makes of the gateway's refusals: the one place where an error answer
 (or no answer) becomes an exception of the gateway's own vocabulary, `gateway.errors`, the
 same classes the server raised it as: `InvalidRequest` (and `InvalidPath`, ...) with
-`field`, `Unauthorized`, `Forbidden`, `NotFound`, `PayloadTooLarge`, `RateLimited` and
-`Unavailable` (`Overloaded`, `SandboxError`, `StoreUnavailable`) with `retry_after` from
-`Retry-After`, `ServerError` for a 5xx, `Unreachable` when there is no answer and
+`field`, `Unauthorized`, `Forbidden`, `NotFound`, `SnapshotGone`, `PayloadTooLarge`,
+`RateLimited` and `Unavailable` (`Overloaded`, `SandboxError`, `StoreUnavailable`) with
+`retry_after` from `Retry-After`, `ServerError` for a 5xx, `Unreachable` when there is no answer and
 `UnexpectedAnswer` for one that is not the API's (a proxy's HTML page, a body that does not
 fit the model).
 
@@ -33,6 +33,7 @@ from gateway.errors import (
     RateLimited,
     SandboxError,
     ServerError,
+    SnapshotGone,
     StoreUnavailable,
     Unauthorized,
     Unavailable,
@@ -50,6 +51,7 @@ BY_STATUS: dict[int, type[GatewayError]] = {
         Unauthorized,
         Forbidden,
         NotFound,
+        SnapshotGone,
         PayloadTooLarge,
         UnsupportedMediaType,
         RateLimited,
@@ -76,10 +78,12 @@ STATUS_OF_CODE: dict[str, int] = {
     "unsupported_language": 400,
     "invalid_path": 400,
     "conflicting_fields": 400,
+    "snapshot_unsupported": 400,
     "unauthorized": 401,
     "forbidden": 403,
     "archive_mode_disabled": 403,
     "not_found": 404,
+    "snapshot_gone": 410,
     "payload_too_large": 413,
     "capacity": 429,
     "sandbox_unavailable": 503,

@@ -29,7 +29,7 @@ import secrets
 import time
 from datetime import UTC, datetime, timedelta
 
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import GatewayError, NotFound, SnapshotGone
 from gateway.execution.session import KernelSession
 from gateway.models.record import SnapshotInfo
 from gateway.runs.config import SnapshotsConfig
@@ -45,10 +45,6 @@ SWEEP_EVERY = 10.0
 # Each continuation is a user and a PID namespace inside its snapshot's; the kernel nests
 # them 32 deep at most
 MAX_DEPTH = 30
-
-
-class SnapshotGone(GatewayError, status=410, code="snapshot_gone"):
-    """The snapshot existed and went: its TTL passed, or it was evicted or deleted."""
 
 
 @dataclasses.dataclass(eq=False)
