@@ -193,6 +193,34 @@ def test_stdio_against_a_running_gateway() -> None:
         gateway.stop()
 
 
+def test_an_agent_carries_state_from_one_call_to_the_next() -> None:
+    """run_code's `keep` names a snapshot; `continue_from` runs the next code with that
+    state (DESIGN decision 24: forkserver only)."""
+    from tests.conftest import start_gateway
+
+    gateway = start_gateway("forkserver")
+
+    async def scenario() -> None:
+        url = f"http://127.0.0.1:{gateway.port}"
+        async with stdio_session("--url", url) as session:
+            kept = texts(await session.call_tool("run_code", {"code": "x = 41", "keep": True}))
+            found = re.search(r"--- state kept ---\n(snap_\S+) ", kept)
+            assert found is not None, kept
+            later = await session.call_tool(
+                "run_code", {"code": "print(x + 1)", "continue_from": found.group(1)}
+            )
+            assert "--- output ---\n42" in texts(later)
+            gone = await session.call_tool(
+                "run_code", {"code": "print(x)", "continue_from": "snap_" + "0" * 20}
+            )
+            assert gone.is_error and "not_found" in texts(gone)
+
+    try:
+        anyio.run(scenario)
+    finally:
+        gateway.stop()
+
+
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     log = tmp_path / "mcp.log"

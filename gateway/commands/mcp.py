@@ -197,8 +197,30 @@ def build_server(
         timeout: Annotated[
             float, Field(description="wall-clock limit in seconds (the gateway clamps it)")
         ] = 30,
+        keep: Annotated[
+            bool,
+            Field(
+                description=(
+                    "keep the final state (variables, imports, files) so that a later call "
+                    "can continue from it: the answer names a snapshot id (Python only)"
+                )
+            ),
+        ] = False,
+        continue_from: Annotated[
+            str | None,
+            Field(
+                description=(
+                    "a snapshot id an earlier call kept: this code runs with that state "
+                    "(variables, imports, files), in a fresh sandbox; the snapshot is unchanged"
+                )
+            ),
+        ] = None,
     ) -> CallToolResult:
         options: RunOptions = {"language": language, "timeout": timeout}
+        if keep:
+            options["keep"] = True
+        if continue_from:
+            options["continue_from"] = continue_from
         if files:
             options["files"] = [{"path": f.path, "content": f.content} for f in files]
         if return_files:
@@ -238,7 +260,9 @@ def build_server(
         version=__version__,
         instructions=(
             "Use run_code to run code in a fresh sandbox per call; its description says "
-            "which languages and packages the sandbox has."
+            "which languages and packages the sandbox has. To carry state from one call to "
+            "the next, ask run_code to keep it and pass the snapshot id it names as "
+            "continue_from."
         ),
     )
     # run_code changes nothing outside its own sandbox, list_runs only reads; neither
@@ -346,6 +370,11 @@ def format_record(record: RunRecord, timeout: float | None = None) -> "list[Cont
         sections.append(text)
         if image is not None:
             images.append(image)
+    if record.snapshot is not None:
+        sections.append(
+            f"--- state kept ---\n{record.snapshot.id} (give it as continue_from to go on "
+            "from this state)"
+        )
     if notes:
         sections.append("--- notes ---\n" + "\n".join(f"- {note}" for note in notes))
     return [TextContent(text="\n\n".join(sections)), *images]
