@@ -2,10 +2,13 @@
 from nothing, side by side in one run on one forkserver gateway.
 
 Measures (median and percentiles of N runs each):
-  - `print(x)` from a kept snapshot, and the same run from nothing (a pooled kernel, as
-    every steady run gets one; and a cold one, pools off);
+  - `print(x)` from a kept snapshot (one after another: each takes the continuation made
+    ahead for it, `gateway.runs.snapshots`), and the same run from nothing (a pooled
+    kernel, as every steady run gets one);
   - machine CPU per continued run (/proc/stat over the batch, all cores);
   - `keep` added to a run: the same run with and without it;
+  - each in steady use (one run every 0.25 s, as a user or an agent sends them) and, for
+    `print(x)`, back to back (the continuation made ahead is then not ready yet);
   - continuing from a state holding a 1 GiB NumPy array, against re-running the load;
   - 20 branches of that state at once: the memory each one's cgroup charged (what it
     copied), summed, against the snapshot's own.
@@ -31,7 +34,9 @@ sys.path.insert(0, str(REPO))
 from bench.cold_runs import percentiles  # noqa: E402
 from tests.support import Client, GatewayThread  # noqa: E402
 
-BIG = "import numpy as np\nbig = np.ones(({mib} << 20) // 8)\nbig[::512] = 2.0"
+# a state that takes a while to make: a 1 GiB array of random numbers (a stand-in for a
+# large file loaded and parsed)
+BIG = "import numpy as np\nbig = np.random.default_rng(0).random(({mib} << 20) // 8)"
 
 
 def machine_cpu_ms() -> float:
@@ -42,9 +47,13 @@ def machine_cpu_ms() -> float:
     return busy * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def timed(client: Client, runs: int, **body: Any) -> list[float]:
+STEADY_GAP = 0.25  # s between runs in steady use (as bench/vs_kernel_gateway.py's)
+
+
+def timed(client: Client, runs: int, gap: float = 0.0, **body: Any) -> list[float]:
     samples = []
     for _ in range(runs):
+        time.sleep(gap)
         started = time.perf_counter()
         record = client.run(**body)
         samples.append(time.perf_counter() - started)
@@ -81,18 +90,25 @@ def main() -> None:
         timed(client, 3, code="print(1)")  # warm: the parents, the pool
         small = keep(client, "x = 41")
         timed(client, 3, code="print(x)", **{"from": small})
-        results["print_from_snapshot"] = percentiles(
+        results["print_from_snapshot_steady"] = percentiles(
+            timed(client, args.runs, STEADY_GAP, code="print(x)", **{"from": small})
+        )
+        results["print_from_nothing_steady"] = percentiles(
+            timed(client, args.runs, STEADY_GAP, code="x = 41\nprint(x)")
+        )
+        results["print_from_snapshot_back_to_back"] = percentiles(
             timed(client, args.runs, code="print(x)", **{"from": small})
         )
         before = machine_cpu_ms()
         timed(client, args.runs, code="print(x)", **{"from": small})
         results["cpu_ms_per_continued_run"] = (machine_cpu_ms() - before) / args.runs
-        results["print_from_nothing_pooled"] = percentiles(
+        results["print_from_nothing_back_to_back"] = percentiles(
             timed(client, args.runs, code="x = 41\nprint(x)")
         )
-        without = timed(client, args.runs, code="x = 41", **{"from": small})
+        without = timed(client, args.runs, STEADY_GAP, code="x = 41", **{"from": small})
         with_keep = []
         for _ in range(args.runs):
+            time.sleep(STEADY_GAP)
             started = time.perf_counter()
             record = client.run(code="x = 41", keep=True, **{"from": small})
             with_keep.append(time.perf_counter() - started)
@@ -106,8 +122,8 @@ def main() -> None:
         big = keep(client, load, timeout=300)
         listed = client.request("GET", "/v1/snapshots").json()["snapshots"]
         results["big_snapshot_bytes"] = next(s["bytes"] for s in listed if s["id"] == big)
-        results["continue_from_big"] = percentiles(
-            timed(client, args.runs, code="print(big[:512].sum())", **{"from": big})
+        results["continue_from_big_steady"] = percentiles(
+            timed(client, args.runs, STEADY_GAP, code="print(big[:512].sum())", **{"from": big})
         )
         # branches at once, each touching a little of the array and holding on a moment
         branch = "big[:1024] += 1\nimport time\ntime.sleep(3)\nprint(big[:4])"

@@ -97,6 +97,8 @@ class KernelClient:
     def close(self) -> None:
         """Close every channel (idempotent)."""
         for pending in self._pending.values():
+            if pending.done() and not pending.cancelled():
+                pending.exception()  # a channel the kernel closed: known, and no error
             pending.cancel()
         self._pending.clear()
         for channel in self._channels.values():

@@ -266,7 +266,11 @@ class Pools:
 
     @contextlib.asynccontextmanager
     async def kernel(
-        self, spec: SandboxSpec, cancel: asyncio.Event, source: Sandbox | None = None
+        self,
+        spec: SandboxSpec,
+        cancel: asyncio.Event,
+        source: Sandbox | None = None,
+        ready: KernelSession | None = None,
     ) -> AsyncIterator[KernelSession]:
         """A run's kernel for the length of a block: from its pool when one is ready, else
         started now (StartCancelled when `cancel` is set first). However the block ends,
@@ -274,8 +278,13 @@ class Pools:
         starts in the block's `finally` and goes on off the caller's path (`end`), so the
         run's record is answered without waiting for the engine; `close()` waits for it.
         With `source` (a kept snapshot's sandbox), a continuation of its kernel, never
-        pooled."""
-        if source is not None:
+        pooled: `ready` if one was made ahead (`gateway.runs.snapshots`), else started now."""
+        if ready is not None and not await self._fits(ready, spec):
+            self.discard(ready)
+            ready = None
+        if ready is not None:
+            session = ready
+        elif source is not None:
             session = await start_session(
                 self.backend, spec, self.config, self.wire, cancel, source
             )
@@ -291,17 +300,22 @@ class Pools:
         session = self.take(spec.language, spec)
         if session is None:
             return await self._start_cold(spec, cancel)
-        default = self.config.memory_bytes
-        if spec.limits.memory_bytes < default:
-            try:
-                lowered = await session.sandbox.set_memory_limit(spec.limits.memory_bytes)
-            except BaseException:  # cancelled (or failed) with the kernel in no one's hands
-                self.discard(session)
-                raise
-            if not lowered:  # this sandbox cannot lower its limit: a kernel of the run's own
-                self.discard(session)
-                return await self._start_cold(spec, cancel)
+        if not await self._fits(session, spec):  # a kernel of the run's own
+            self.discard(session)
+            return await self._start_cold(spec, cancel)
         return session
+
+    async def _fits(self, session: KernelSession, spec: SandboxSpec) -> bool:
+        """Whether a kernel started ahead with the default limits has the run's (a lower
+        memory limit is set now; a sandbox that cannot lower it does not fit). Cancelled
+        or failed meanwhile, the kernel is discarded (it is in no one's hands)."""
+        if spec.limits.memory_bytes >= self.config.memory_bytes:
+            return True
+        try:
+            return await session.sandbox.set_memory_limit(spec.limits.memory_bytes)
+        except BaseException:
+            self.discard(session)
+            raise
 
     async def _start_cold(self, spec: SandboxSpec, cancel: asyncio.Event) -> KernelSession:
         session = await start_session(self.backend, spec, self.config, self.wire, cancel)

@@ -24,7 +24,7 @@ from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
-from gateway.execution.session import KernelSession, StartCancelled
+from gateway.execution.session import KernelSession, StartCancelled, start_session
 from gateway.metrics import Metrics
 from gateway.models.common import RUN_ID_PATTERN, Language, new_run_id
 from gateway.models.ipynb import store_notebook
@@ -36,7 +36,7 @@ from gateway.runs.bounds import bound_record
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.slots import RunSlots
 from gateway.runs.snapshots import Snapshot, Snapshots
-from gateway.sandbox.base import SandboxBackend
+from gateway.sandbox.base import SandboxBackend, SandboxSpec
 from gateway.store.base import UNFINISHED, RecordStore
 from gateway.uploads.service import UploadService
 
@@ -88,7 +88,7 @@ class RunService:
         self.metrics = metrics
         self.active: dict[str, ActiveRun] = {}
         self.pools = Pools(config.execution, backend, wire, metrics, sizes=config.pool_sizes())
-        self.snapshots = Snapshots(config.snapshots())
+        self.snapshots = Snapshots(config.snapshots(), self._continuation)
         self._slots = RunSlots(config.max_concurrent_runs, per_user=config.slots_per_user())
         self._draining = False
         self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
@@ -96,6 +96,18 @@ class RunService:
         metrics.gauge("gateway_queue_length", "Runs waiting for a slot.", lambda: self.queued)
         metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self.running)
         metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", self._pooled)
+
+    async def _continuation(self, snapshot: Snapshot) -> KernelSession:
+        """A continuation of `snapshot` with the default limits, made ahead of the run that
+        will take it (`Snapshots.prepare`)."""
+        spec = SandboxSpec(
+            run_id=f"ahead-{snapshot.id[-12:]}",
+            language="python",
+            limits=self.config.execution.limits(),
+        )
+        return await start_session(
+            self.backend, spec, self.config.execution, self.wire, None, snapshot.sandbox
+        )
 
     def _pooled(self) -> float:
         return float(self.pools.ready)
@@ -269,11 +281,13 @@ class RunService:
                 execution.result.notes.extend(notes)
                 active.execution = execution
                 source = active.source
+                ready = None if source is None else self.snapshots.take_ready(source)
                 try:  # the kernel is this block's: destroyed as it ends, off the answer's path
                     async with self.pools.kernel(
                         execution.spec,
                         active.cancel,
                         None if source is None else source.sandbox,
+                        ready,
                     ) as session:
                         await execution.run(session, files)
                         if program.keep:
@@ -296,6 +310,7 @@ class RunService:
             except Exception:
                 log.exception("run %s: its record could not be bounded", record.id)
             if active.source is not None:
+                self.snapshots.prepare(active.source)  # for the next run from it
                 self.snapshots.release(active.source)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
             # still held (its lease renewed) until the store has the final record, however
@@ -320,6 +335,8 @@ class RunService:
         record.snapshot, note = await self.snapshots.keep(session, record.user, source)
         if note is not None:
             record.notes.append(note)
+        if record.snapshot is not None:  # a continuation made ahead, for the next run
+            self.snapshots.prepare(self.snapshots.get(record.snapshot.id))
 
     async def _keep(self, record: RunRecord) -> None:
         """Store a final record within its owner's quota (their oldest records make room)."""

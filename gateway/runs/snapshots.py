@@ -27,6 +27,7 @@ import dataclasses
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from gateway.errors import GatewayError, NotFound, SnapshotGone
@@ -56,13 +57,23 @@ class Snapshot:
     parent: Snapshot | None
     depth: int = 0  # how many continuations deep (a run's own kernel: 0)
     used: float = dataclasses.field(default_factory=time.monotonic)  # last kept or started from
-    holders: int = 0  # runs continuing from it now, snapshots kept from those
+    holders: int = 0  # runs continuing from it now, snapshots kept from those, `ready`
     gone: str | None = None  # why it went: it then ends when its last holder lets go
+    # a continuation made ahead, for the next run from it (`prepare`), and its making
+    ready: KernelSession | None = None
+    readying: asyncio.Task[None] | None = None
 
 
 class Snapshots:
-    def __init__(self, config: SnapshotsConfig) -> None:
+    def __init__(
+        self,
+        config: SnapshotsConfig,
+        continuation: Callable[[Snapshot], Awaitable[KernelSession]] | None = None,
+    ) -> None:
         self.config = config
+        # starts a continuation of a snapshot (the run service's): made ahead, one per
+        # snapshot, so that the next run from it needs no start (a pool of one)
+        self._continuation = continuation
         self._kept: dict[str, Snapshot] = {}
         self._gone: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
         self._ending: set[asyncio.Task[None]] = set()
@@ -146,11 +157,60 @@ class Snapshots:
             raise SnapshotGone(f"The snapshot {snapshot_id} is gone: {went[1]}.", field="from")
         raise NotFound(f"There is no snapshot {snapshot_id}.", field="from")
 
+    # --- a continuation made ahead ------------------------------------------------------------
+
+    def prepare(self, snapshot: Snapshot) -> None:
+        """Start a continuation of `snapshot` in the background for the next run from it,
+        unless one is ready or on its way (it holds the snapshot until taken or closed)."""
+        if self._continuation is None or snapshot.gone is not None:
+            return
+        if snapshot.ready is not None or snapshot.readying is not None:
+            return
+        snapshot.holders += 1
+        snapshot.readying = asyncio.create_task(self._prepare(snapshot, self._continuation))
+
+    async def _prepare(
+        self, snapshot: Snapshot, continuation: Callable[[Snapshot], Awaitable[KernelSession]]
+    ) -> None:
+        session: KernelSession | None = None
+        try:
+            session = await continuation(snapshot)
+        except Exception as exc:  # a run from it starts one itself, and says what failed
+            log.warning("a continuation of snapshot %s did not start: %s", snapshot.id, exc)
+        finally:
+            snapshot.readying = None
+        if session is not None and snapshot.gone is None:
+            snapshot.ready = session  # with its hold
+            return
+        if session is not None:
+            await session.close()
+        self.release(snapshot)
+
+    def take_ready(self, snapshot: Snapshot) -> KernelSession | None:
+        """The continuation made ahead for `snapshot`, if one is ready (the caller holds the
+        snapshot already: `take`)."""
+        session, snapshot.ready = snapshot.ready, None
+        if session is None:
+            return None
+        self.release(snapshot)
+        if session.sandbox.has_exited():
+            self._close(session)
+            return None
+        return session
+
+    def _close(self, session: KernelSession) -> None:
+        task = asyncio.create_task(session.close())
+        self._ending.add(task)
+        task.add_done_callback(self._ended)
+
     def release(self, snapshot: Snapshot) -> None:
         snapshot.holders -= 1
         snapshot.used = time.monotonic()
         if snapshot.gone is not None and snapshot.holders == 0:
             self._end(snapshot)
+
+    def get(self, snapshot_id: str) -> Snapshot:
+        return self._kept[snapshot_id]
 
     def owned(self, user: str) -> list[Snapshot]:
         self.sweep()
@@ -177,6 +237,10 @@ class Snapshots:
     def _go(self, snapshot: Snapshot, why: str) -> None:
         """Gone for every caller from now; ended once nothing holds it."""
         snapshot.gone = why
+        ready, snapshot.ready = snapshot.ready, None
+        if ready is not None:  # its continuation made ahead goes first
+            self._close(ready)
+            snapshot.holders -= 1
         self._gone[snapshot.id] = (snapshot.user, why)
         while len(self._gone) > GONE_REMEMBERED:
             self._gone.popitem(last=False)
@@ -201,7 +265,9 @@ class Snapshots:
         """Every snapshot idle past its TTL goes."""
         now = time.monotonic()
         for snapshot in list(self._kept.values()):
-            idle = snapshot.gone is None and snapshot.holders == 0
+            # held by nothing but its continuation made ahead
+            held = snapshot.holders - (snapshot.ready is not None)
+            idle = snapshot.gone is None and held == 0 and snapshot.readying is None
             if idle and now - snapshot.used > self.config.ttl:
                 self._go(snapshot, "expired: no run started from it within its TTL")
 
@@ -212,8 +278,8 @@ class Snapshots:
 
     @property
     def busy(self) -> bool:
-        """A snapshot's sandbox is being destroyed."""
-        return bool(self._ending)
+        """A snapshot's sandbox is being destroyed, or a continuation made ahead."""
+        return bool(self._ending) or any(s.readying for s in self._kept.values())
 
     async def close(self) -> None:
         """Every snapshot ends (a gateway's snapshots do not outlive it)."""
@@ -225,6 +291,13 @@ class Snapshots:
 
     async def clear(self, why: str) -> None:
         """Every snapshot goes now, held or not, and has ended when this returns."""
+        making = [s.readying for s in self._kept.values() if s.readying is not None]
+        if making:
+            await asyncio.gather(*making, return_exceptions=True)
+        for snapshot in list(self._kept.values()):
+            ready, snapshot.ready = snapshot.ready, None
+            if ready is not None:
+                self._close(ready)
         for snapshot in list(self._kept.values()):
             self._gone[snapshot.id] = (snapshot.user, why)
             snapshot.gone, snapshot.parent = why, None
