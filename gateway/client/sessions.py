@@ -16,14 +16,27 @@ its record's notes say why. Leaving the block deletes the snapshots this session
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Unpack
+from typing import Protocol, Unpack
 
 from gateway.client.base import RunOptions
 from gateway.errors import NotFound, SnapshotGone
 from gateway.models.record import RunRecord
 
-if TYPE_CHECKING:
-    from gateway.client.clients import AsyncGatewayClient, GatewayClient
+
+class SyncRuns(Protocol):
+    """What a session needs of a client (`GatewayClient`)."""
+
+    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord: ...
+
+    def delete_snapshot(self, snapshot_id: str) -> None: ...
+
+
+class AsyncRuns(Protocol):
+    """What an async session needs of a client (`AsyncGatewayClient`)."""
+
+    async def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord: ...
+
+    async def delete_snapshot(self, snapshot_id: str) -> None: ...
 
 
 class _State:
@@ -49,7 +62,7 @@ class _State:
 class Session:
     """A sync client's session (`GatewayClient.session`)."""
 
-    def __init__(self, client: GatewayClient, snapshot: str | None = None) -> None:
+    def __init__(self, client: SyncRuns, snapshot: str | None = None) -> None:
         self.client = client
         self._state = _State(snapshot)
 
@@ -83,7 +96,7 @@ class Session:
 class AsyncSession:
     """An async client's session (`AsyncGatewayClient.session`)."""
 
-    def __init__(self, client: AsyncGatewayClient, snapshot: str | None = None) -> None:
+    def __init__(self, client: AsyncRuns, snapshot: str | None = None) -> None:
         self.client = client
         self._state = _State(snapshot)
 
