@@ -544,27 +544,78 @@ def _branch(fds: list[int], sock: socket.socket) -> int:
     # forked into it
     _check(_libc.setns(source, CLONE_NEWPID), "setns(snapshot's PID namespace)")
     os.close(source)
+    unshared_r, unshared_w = os.pipe()
+    mapped_r, mapped_w = os.pipe()
     inside = os.fork()
     if inside == 0:
         code = 70
         try:
-            code = _branch_namespaces(request, folders, sock, source_user)
+            os.close(unshared_r)
+            os.close(mapped_w)
+            code = _branch_namespaces(request, folders, sock, source_user, unshared_w, mapped_r)
         except BaseException:
             report = traceback.format_exc(limit=4)
             if not _tell(sock, {"error": report}):
                 os.write(2, report.encode())
         finally:
             os._exit(code)
+    os.close(unshared_w)
+    os.close(mapped_r)
     for fd in folders:
         os.close(fd)
     sock.close()
     os.close(log)
+    # Its user namespace's maps, written from here: the child, the sandbox uid by now, is
+    # never dumpable (its /proc files stay root's), so that no process of that uid (the
+    # snapshot, which lives in that PID namespace) could open its memory while it still
+    # runs outside the seccomp filter
+    if os.read(unshared_r, 1) == b"1":
+        _map_user_namespace(inside, int(request["uid"]), int(request["gid"]), source_user)
+        os.write(mapped_w, b"1")
+    os.close(unshared_r)
+    os.close(mapped_w)
+    for fd in source_user:
+        os.close(fd)
     _, status = os.waitpid(inside, 0)
     return os.waitstatus_to_exitcode(status)
 
 
+def _map_user_namespace(pid: int, uid: int, gid: int, parent: list[int]) -> None:
+    """Map `uid` and `gid` (alone) in the user namespace `pid` has just made. Only a process
+    in its parent user namespace may: this one (root) for a branch of a run's own kernel; a
+    child of it that joins `parent` for a branch of a continuation."""
+    if not parent:
+        _write_maps(pid, uid, gid)
+        return
+    writer = os.fork()
+    if writer == 0:
+        code = 70
+        try:
+            _check(_libc.setns(parent[0], CLONE_NEWUSER), "setns(the parent user namespace)")
+            _write_maps(pid, uid, gid)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(writer, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError("the branch's user namespace could not be mapped")
+
+
+def _write_maps(pid: int, uid: int, gid: int) -> None:
+    _write(f"/proc/{pid}/setgroups", "deny")
+    _write(f"/proc/{pid}/uid_map", f"{uid} {uid} 1")
+    _write(f"/proc/{pid}/gid_map", f"{gid} {gid} 1")
+
+
 def _branch_namespaces(
-    request: dict[str, Any], folders: list[int], sock: socket.socket, inside: list[int]
+    request: dict[str, Any],
+    folders: list[int],
+    sock: socket.socket,
+    inside: list[int],
+    unshared: int,
+    mapped: int,
 ) -> int:
     """The branch's user namespace and the others inside it, its pid 1, the answer. A
     branch of a snapshot that is itself a continuation is made inside that one's user
@@ -576,14 +627,15 @@ def _branch_namespaces(
     os.setresgid(gid, gid, gid)
     for user_namespace in inside:  # root's capabilities hold in it: it is below
         _check(_libc.setns(user_namespace, CLONE_NEWUSER), "setns(snapshot's user namespace)")
-        os.close(user_namespace)
+        os.close(user_namespace)  # this process's copy (its parent keeps its own)
     os.setresuid(uid, uid, uid)
-    _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files, to write its maps
+    _prctl(PR_SET_DUMPABLE, 0)  # a setuid made it so already: it stays so (see `_branch`)
     _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    _prctl(PR_SET_DUMPABLE, 0)
+    os.write(unshared, b"1")  # its maps are written by its parent, root
+    os.close(unshared)
+    if os.read(mapped, 1) != b"1":
+        raise RuntimeError("the branch's user namespace was not mapped")
+    os.close(mapped)
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP
     _check(_libc.unshare(flags | CLONE_NEWPID), "unshare")
     _loopback_up()

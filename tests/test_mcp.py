@@ -90,6 +90,8 @@ def test_stdio_lists_the_tool_and_runs_code_with_charts_and_failures() -> None:
                 "files",
                 "return_files",
                 "timeout",
+                "keep",
+                "continue_from",
             }
 
             charted = await session.call_tool("run_code", {"code": CHART})

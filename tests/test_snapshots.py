@@ -52,7 +52,7 @@ def forget_snapshots(server: GatewayThread) -> None:
 def kept(client: Client, code: str) -> str:
     record = client.run(code=code, keep=True)
     assert record["status"] == "succeeded", record
-    assert record["snapshot"] is not None, record
+    assert record["snapshot"] is not None, (record["notes"], record["status"])
     return str(record["snapshot"]["id"])
 
 
@@ -375,3 +375,32 @@ def test_the_clients_session_carries_state_and_forks(forked: GatewayThread) -> N
             return [record.stdout, *[s.id for s in listed]]
 
     assert asyncio.run(asynchronous()) == ["async\n"]
+
+
+SPINNING = """\
+import subprocess, sys, threading
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+spinner = subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+x = 'kept while spinning'
+"""
+
+
+def test_a_snapshot_is_frozen(alice: Client, forked: GatewayThread) -> None:
+    """Nothing of the run goes on in its snapshot: not a thread it started, not a process
+    (the snapshot is a fork of the kernel's main thread alone; the rest ended)."""
+    snapshot = kept(alice, SPINNING)
+    services = forked.gateway.services
+    assert services is not None
+    sandbox = services.runs.snapshots.get(snapshot).sandbox
+
+    def cpu_ms() -> int:
+        return int(forked.call(sandbox.usage()).cpu_ms or 0)
+
+    time.sleep(0.5)  # the kernel ends its other processes and becomes the snapshot
+    before = cpu_ms()
+    time.sleep(2.0)
+    assert cpu_ms() - before < 100  # two spinners would have used 2,000 ms on two cores
+    assert continued(alice, snapshot, "print(x)")["stdout"] == "kept while spinning\n"

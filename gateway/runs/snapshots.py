@@ -38,8 +38,11 @@ from gateway.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
 
-# Run silently in the kernel after its run: no name is bound in the user's namespace
+# Run silently in the kernel after its run (no name is bound in the user's namespace): it is
+# marked to be kept, then its loop is stopped by a request whose reply is not awaited (a
+# reply of the request that stops the loop may stay queued: kernels/python/snapshot.py)
 KEEP = "__import__('kernels.python.snapshot', fromlist=['keep']).keep()"
+STOP = "__import__('kernels.python.snapshot', fromlist=['stop']).stop()"
 KEEP_TIMEOUT = 10.0
 GONE_REMEMBERED = 10_000  # ids of snapshots that went, for 410 rather than 404
 SWEEP_EVERY = 10.0
@@ -99,10 +102,13 @@ class Snapshots:
             )
         try:
             reply = await session.client.run_silent(KEEP, KEEP_TIMEOUT)
-        except (GatewayError, TimeoutError) as exc:
-            return None, f"The kernel's state was not kept: {exc}"
+        except TimeoutError:
+            return None, "The kernel's state was not kept: the kernel did not answer in time."
+        except GatewayError as exc:
+            return None, f"The kernel's state was not kept: {exc.message}"
         if reply.get("status") != "ok":
             return None, "The kernel's state was not kept: the kernel refused."
+        session.client.execute(STOP, silent=True)
         sandbox = session.give_away()
         snapshot = Snapshot(
             id=f"snap_{secrets.token_urlsafe(18)}",

@@ -92,8 +92,8 @@ def launch(argv: list[str]) -> None:
     snapshot.listen()
     initialize_again(app, shell, argv)
     app.start()
-    if snapshot.kept():  # its run asked to keep its state: this process is the snapshot now
-        snapshot.hold()
+    if snapshot.kept():  # its run asked to keep its state: a fork of it is the snapshot now
+        snapshot.freeze()
 
 
 def initialize_again(app: Any, shell: Any, argv: list[str]) -> None:

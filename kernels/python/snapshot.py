@@ -1,9 +1,10 @@
 """A kept kernel, and the continuations forked from it (issue 32; DESIGN decision 24).
 
-`keep()`, run silently in a kernel after its run, stops the kernel's loop once its reply is
-out; `prebuilt.launch` then calls `hold()`, and the kernel process becomes the snapshot:
-its own threads idle, its main thread blocked on a socket in its socket folder
-(`SNAPSHOT_SOCKET`), which only the gateway reaches (through the folder's descriptor).
+`keep()`, run silently in a kernel after its run, marks it, and `stop()`, the next request,
+stops its loop; `prebuilt.launch` then calls `freeze()`: the run's other processes end,
+and a fork of the kernel process (its main thread alone) becomes the snapshot, blocked on
+a socket in its socket folder (`SNAPSHOT_SOCKET`), which only the gateway reaches (through the
+folder's descriptor); the kernel process itself becomes `sleep`.
 
 Each order on that socket forks a continuation. The child (`_continue`) joins the
 branch's cgroups and namespaces the gateway sends (built by the forkserver's parent,
@@ -62,11 +63,18 @@ _kept = False
 
 
 def keep() -> None:
-    """Become the snapshot once this request's reply is out (the kernel's loop stops)."""
+    """This kernel is to become a snapshot once its loop stops (`stop`): asked in a request
+    of its own, whose reply goes out as any (a loop stopped in the same request could keep
+    the reply queued)."""
     global _kept
+    _kept = True
+
+
+def stop() -> None:
+    """Stop the kernel's loop: `prebuilt.launch` (or `_restart`) then freezes it (`kept`).
+    The gateway asks it after `keep`'s reply, and waits for no reply of its own."""
     from IPython import get_ipython
 
-    _kept = True
     loop = get_ipython().kernel.io_loop
     loop.add_callback(loop.stop)
 
@@ -90,9 +98,31 @@ def listen() -> None:
     _listener = listener
 
 
+SLEEP = ("/bin/sleep", "sleep", "infinity")
+
+
+def freeze() -> None:
+    """Become the snapshot, frozen: every other process of the sandbox ends (the kernel's
+    pid 1, its reaper, excepted), a fork of this one (its main thread alone: no thread of
+    the run's goes on) serves continuation orders (`hold`), and this process, which the
+    sandbox's pid 1 waits for, becomes `sleep` (an exec ends its other threads and frees
+    its memory; the fork keeps every page). Nothing of the run's runs any more."""
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # the kernel's log, not iopub
+    with contextlib.suppress(OSError):
+        os.kill(-1, 9)  # every process this uid may signal here, but pid 1 and this one
+    if os.fork() == 0:
+        code = 70
+        try:
+            hold()
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.execv(SLEEP[0], list(SLEEP[1:]))  # noqa: S606 - a fixed program, no shell
+
+
 def hold() -> None:
     """Serve continuation orders until the gateway kills this process (blocking)."""
-    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # the kernel's log, not iopub
     listener = _listener
     if listener is None:
         raise RuntimeError("this kernel has no snapshot socket")
@@ -187,6 +217,8 @@ def _drop_capabilities(libc: Any) -> None:
 def _kernel(private: int, working: int) -> None:
     """The continuation's kernel process: the snapshot's working folder copied, its own
     session, output, environment and sockets."""
+    global _kept
+    _kept = False  # the snapshot's was True: this kernel is kept only if asked again
     os.setsid()
     with os.fdopen(os.dup(private), "rb") as source:
         request: dict[str, Any] = json.loads(source.read())
@@ -275,4 +307,4 @@ def _restart(argv: list[str]) -> None:
     startup.attach_kernel(shell)
     app.start()
     if kept():  # kept in its turn: a snapshot of a continuation
-        hold()
+        freeze()
