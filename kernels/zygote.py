@@ -524,6 +524,11 @@ def _branch(fds: list[int], sock: socket.socket) -> int:
     with pid 1. Unlike a kernel's own sandbox: no /sys (sysfs cannot be mounted in a
     user namespace here) and no cgroup files; files of uids other than the sandbox's
     show as `nobody`."""
+    # Never dumpable, nor any child of it (the flag is the memory's, and forks copy it):
+    # they run outside the seccomp filter, some of them in the snapshot's PID namespace,
+    # some as root in a user namespace where the snapshot holds every capability (its uid
+    # owns it), and a process with CAP_SYS_PTRACE there could open a dumpable one's memory
+    _prctl(PR_SET_DUMPABLE, 0)
     # the snapshot's PID namespace (its pid 1's pidfd, or a branch's namespace); a branch's
     # also its user namespace, which the new one is made inside
     request, sources = _join(fds)
@@ -629,7 +634,6 @@ def _branch_namespaces(
         _check(_libc.setns(user_namespace, CLONE_NEWUSER), "setns(snapshot's user namespace)")
         os.close(user_namespace)  # this process's copy (its parent keeps its own)
     os.setresuid(uid, uid, uid)
-    _prctl(PR_SET_DUMPABLE, 0)  # a setuid made it so already: it stays so (see `_branch`)
     _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     os.write(unshared, b"1")  # its maps are written by its parent, root
     os.close(unshared)

@@ -310,6 +310,12 @@ libc = ctypes.CDLL(None, use_errno=True)
 def call(*args):
     ctypes.set_errno(0)
     return 'ok' if libc.syscall(*args) >= 0 else errno.errorcode[ctypes.get_errno()]
+def opened(path):
+    try:
+        open(path, 'rb').close()
+        return 'ok'
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
 status = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)
 print({
     'caps': sorted({status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')}),
@@ -319,6 +325,7 @@ print({
     'unshare_user': call(272, 0x10000000),
     'mount': call(165, b'none', b'/tmp', b'tmpfs', 0, 0),
     'uid': os.getuid(),
+    'pid1_memory': opened('/proc/1/mem'),  # the branch's pid 1: the same uid, never dumpable
 })
 """
 
@@ -337,6 +344,7 @@ def test_a_branch_holds_no_privilege_in_its_own_namespaces(alice: Client) -> Non
     assert found.pop("no_new_privs") == "1" and found.pop("seccomp") == "2"
     uid = found.pop("uid")
     assert continued(alice, snapshot, "print(uid)")["stdout"] == f"{uid}\n"  # the same uid
+    assert found.pop("pid1_memory") == "EACCES"
     # joining even its own namespaces needs a capability it has not; making one, the filter
     # refuses
     assert found == dict.fromkeys(found, "EPERM"), found
