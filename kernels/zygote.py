@@ -686,17 +686,8 @@ def _branch_namespaces(
 def _reaper(ready: int) -> int:
     """Pid 1 of a branch: its /proc and masks, then reap orphans until pid 2 (the
     continuation's kernel, the first process to join) ends; end with its status."""
-    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    _mount("proc", "/proc", "proc", hidden)
-    for path in MASKED:
-        if os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", MS_RDONLY | hidden, "size=0,mode=0555")
-        elif os.path.exists(path):
-            _mount("/dev/null", path, None, MS_BIND)
-    for path in READ_ONLY:
-        if os.path.exists(path):
-            _mount(path, path, None, MS_BIND | MS_REC)
-            _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _docker_masks()
     _drop_all_capabilities()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     os.write(ready, b"1")
@@ -718,11 +709,21 @@ def _reaper(ready: int) -> int:
 
 def _drop_all_capabilities() -> None:
     """No capability in any set (of the user namespace it is in), `no_new_privs`."""
+    _drop_bounding_and_ambient()
+    _clear_capabilities()
+
+
+def _drop_bounding_and_ambient() -> None:
+    """Empty the bounding and ambient sets (while CAP_SETPCAP is still held)."""
     with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as last:
         last_cap = int(last.read())
     for cap in range(last_cap + 1):
         _prctl(PR_CAPBSET_DROP, cap)
     _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+
+
+def _clear_capabilities() -> None:
+    """Empty the effective, permitted and inheritable sets; `no_new_privs`."""
     header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(header), data), "capset")
@@ -760,8 +761,13 @@ READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-tri
 
 def _mask_kernel_files() -> None:
     """A read-only /sys as in a container, then Docker's masks and read-only paths."""
+    _mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _docker_masks()
+
+
+def _docker_masks() -> None:
+    """Docker's masked and read-only paths of /proc and /sys (those there are)."""
     hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    _mount("sysfs", "/sys", "sysfs", MS_RDONLY | hidden)
     for path in MASKED:
         if os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_RDONLY | hidden, "size=0,mode=0555")
@@ -812,18 +818,11 @@ def _loopback_up() -> None:
 
 def _drop(uid: int, gid: int, bpf: bytes) -> None:
     """The sandbox user, no capability in any set, no_new_privs, the seccomp filter."""
-    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as last:
-        last_cap = int(last.read())
-    for cap in range(last_cap + 1):
-        _prctl(PR_CAPBSET_DROP, cap)
-    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    _drop_bounding_and_ambient()
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _clear_capabilities()
     _prctl(PR_SET_DUMPABLE, 0)  # pid 1's memory and /proc files stay root's (the kernel: 1)
     count = len(bpf) // 8
     program = (_SockFilter * count).from_buffer_copy(bpf)

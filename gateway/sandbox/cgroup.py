@@ -174,20 +174,14 @@ class Cgroup:
         return int(text) if text.isdigit() else None
 
     def peak_memory(self) -> int | None:
-        path = (
-            self.dirs["unified"] / "memory.peak"
-            if self.v2
-            else self.dirs["memory"] / "memory.max_usage_in_bytes"
-        )
-        text = _read(path).strip()
-        return int(text) if text.isdigit() else None
+        return self._memory("memory.peak", "memory.max_usage_in_bytes")
 
     def current_memory(self) -> int | None:
-        path = (
-            self.dirs["unified"] / "memory.current"
-            if self.v2
-            else self.dirs["memory"] / "memory.usage_in_bytes"
-        )
+        return self._memory("memory.current", "memory.usage_in_bytes")
+
+    def _memory(self, v2_file: str, v1_file: str) -> int | None:
+        """Bytes from one of the memory controller's files (v2's or v1's name of it)."""
+        path = self.dirs["unified"] / v2_file if self.v2 else self.dirs["memory"] / v1_file
         text = _read(path).strip()
         return int(text) if text.isdigit() else None
 

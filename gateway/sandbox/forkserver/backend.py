@@ -222,15 +222,7 @@ class ForkserverBackend(SandboxBackend):
             )
         identity = await self.tenancy.identity(spec.workspace)
         sandbox = ForkserverSandbox(self, spec, identity, kernel if kernel in IMPORTED else "exec")
-        try:
-            await to_the_end(asyncio.to_thread(sandbox.open_workspace))
-            await to_the_end(asyncio.to_thread(sandbox.make_group))
-            if sandbox.group is None:
-                raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
-        except BaseException:
-            await to_the_end(sandbox.destroy())
-            raise
-        return sandbox
+        return await _prepared(sandbox, with_workspace=True)
 
     async def branch(self, spec: SandboxSpec, source: Sandbox) -> ForkserverSandbox:
         """A sandbox for a continuation of `source`, a Python kernel kept as a snapshot
@@ -246,14 +238,21 @@ class ForkserverBackend(SandboxBackend):
             raise SandboxError("A continuation has a working folder of its own, not a workspace.")
         identity = Identity(source.identity.uid, source.identity.gid)  # the source's lease
         sandbox = ForkserverSandbox(self, spec, identity, "exec", source=source)
-        try:
-            await to_the_end(asyncio.to_thread(sandbox.make_group))
-            if sandbox.group is None:
-                raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
-        except BaseException:
-            await to_the_end(sandbox.destroy())
-            raise
-        return sandbox
+        return await _prepared(sandbox, with_workspace=False)
+
+
+async def _prepared(sandbox: ForkserverSandbox, with_workspace: bool) -> ForkserverSandbox:
+    """`sandbox` with its workspace opened (if asked) and its cgroup made, or destroyed."""
+    try:
+        if with_workspace:
+            await to_the_end(asyncio.to_thread(sandbox.open_workspace))
+        await to_the_end(asyncio.to_thread(sandbox.make_group))
+        if sandbox.group is None:
+            raise SandboxError("The forkserver backend could not make the kernel's cgroup.")
+    except BaseException:
+        await to_the_end(sandbox.destroy())
+        raise
+    return sandbox
 
 
 def probe_forkserver(image: str) -> tuple[bool, str]:
