@@ -12,6 +12,8 @@ as `{"error": {code, message, field?}}` with its status (`handlers/base.py`, one
      +-- Unauthorized          401    unauthorized
      +-- Forbidden             403    forbidden (or e.g. archive_mode_disabled)
      +-- NotFound              404    not_found
+     +-- SnapshotElsewhere     409    snapshot_elsewhere: another replica holds it (instance)
+     +-- SnapshotGone          410    snapshot_gone: it existed and went
      +-- PayloadTooLarge       413    payload_too_large
      +-- UnsupportedMediaType  415    unsupported_media_type
      +-- RateLimited           429    capacity: too many runs or connections (Retry-After)
@@ -126,7 +128,22 @@ class NotFound(GatewayError, status=404, code="not_found"):
 
 
 class SnapshotGone(GatewayError, status=410, code="snapshot_gone"):
-    """The snapshot existed and went: its TTL passed, or it was evicted or deleted."""
+    """The snapshot existed and went: its TTL passed, it was evicted or deleted, or the
+    gateway that held it stopped."""
+
+
+class SnapshotElsewhere(GatewayError, status=409, code="snapshot_elsewhere"):
+    """The snapshot lives on another replica, `instance`: send the request there (a load
+    balancer routes on the `X-Gateway-Instance` header: docs/DESIGN.md decision 24)."""
+
+    def __init__(self, message: str, *, instance: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.instance = instance
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        body["error"]["instance"] = _clip(self.instance, MAX_FIELD_CHARS)
+        return body
 
 
 class PayloadTooLarge(GatewayError, status=413, code="payload_too_large"):

@@ -41,6 +41,7 @@ DOCUMENTED_ERRORS: dict[int, set[str]] = {
     403: {"forbidden", "archive_mode_disabled"},
     404: {"not_found"},
     405: {"method_not_allowed"},
+    409: {"snapshot_elsewhere"},
     410: {"snapshot_gone"},
     413: {"payload_too_large"},
     415: {"unsupported_media_type"},

@@ -95,6 +95,7 @@ def test_public_surface_is_declared() -> None:
         "Session",
         "AsyncSession",
         "SnapshotGone",
+        "SnapshotElsewhere",
         "RunOptions",
         "NotebookOptions",
         "NotebookResult",
@@ -119,7 +120,7 @@ def test_public_surface_is_declared() -> None:
         assert hasattr(gateway.client, name), name
     errors = [getattr(gateway.client, name) for name in gateway.client.__all__]
     errors = [e for e in errors if isinstance(e, type) and issubclass(e, Exception)]
-    assert len(errors) == 12 and all(issubclass(e, GatewayError) for e in errors)
+    assert len(errors) == 13 and all(issubclass(e, GatewayError) for e in errors)
 
 
 def test_the_two_clients_offer_the_same_calls() -> None:

@@ -37,6 +37,8 @@ RECORD_FIELDS = {
     "finished_at",
     "snapshot",
     "continued_from",
+    "continued_by",
+    "snapshots",
     "notes",
 }
 
@@ -46,6 +48,7 @@ def test_print_one_returns_a_complete_record(client: Client) -> None:
     assert set(record) == RECORD_FIELDS
     assert record["status"] == "succeeded" and record["success"] is True
     assert record["snapshot"] is None and record["continued_from"] is None
+    assert record["snapshots"] == [] and record["continued_by"] is None
     assert record["exit_code"] == 0
     assert record["stdout"] == "1\n" and record["stderr"] == "" and record["output"] == "1\n"
     assert record["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "1\n"}]

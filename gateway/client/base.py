@@ -62,6 +62,7 @@ class RunOptions(TypedDict, total=False):
     working_dir: str
     keep: bool  # keep the kernel's final state as a snapshot (the record's `snapshot`)
     continue_from: str  # a snapshot's id to start from (the body's `from`)
+    rebuild: bool  # with continue_from: replay its chain where it cannot be forked
 
 
 class NotebookOptions(TypedDict, total=False):

@@ -1,7 +1,8 @@
 """What the client makes of the gateway's refusals: the one place where an error answer
 (or no answer) becomes an exception of the gateway's own vocabulary, `gateway.errors`, the
 same classes the server raised it as: `InvalidRequest` (and `InvalidPath`, ...) with
-`field`, `Unauthorized`, `Forbidden`, `NotFound`, `SnapshotGone`, `PayloadTooLarge`,
+`field`, `Unauthorized`, `Forbidden`, `NotFound`, `SnapshotElsewhere` with `instance`,
+`SnapshotGone`, `PayloadTooLarge`,
 `RateLimited` and `Unavailable` (`Overloaded`, `SandboxError`, `StoreUnavailable`) with
 `retry_after` from `Retry-After`, `ServerError` for a 5xx, `Unreachable` when there is no answer and
 `UnexpectedAnswer` for one that is not the API's (a proxy's HTML page, a body that does not
@@ -33,6 +34,7 @@ from gateway.errors import (
     RateLimited,
     SandboxError,
     ServerError,
+    SnapshotElsewhere,
     SnapshotGone,
     StoreUnavailable,
     Unauthorized,
@@ -51,6 +53,7 @@ BY_STATUS: dict[int, type[GatewayError]] = {
         Unauthorized,
         Forbidden,
         NotFound,
+        SnapshotElsewhere,
         SnapshotGone,
         PayloadTooLarge,
         UnsupportedMediaType,
@@ -83,6 +86,7 @@ STATUS_OF_CODE: dict[str, int] = {
     "forbidden": 403,
     "archive_mode_disabled": 403,
     "not_found": 404,
+    "snapshot_elsewhere": 409,
     "snapshot_gone": 410,
     "payload_too_large": 413,
     "capacity": 429,
@@ -113,9 +117,12 @@ def error_from_answer(status: int, body: bytes, retry_after: str | None) -> Gate
         return error_class(status)(
             f"HTTP {status}: {text}", status=status, code="http_error", retry_after=retry
         )
-    return error_class(status, error.code)(
+    found = error_class(status, error.code)(
         error.message, status=status, code=error.code, field=error.field, retry_after=retry
     )
+    if isinstance(found, SnapshotElsewhere):
+        found.instance = error.instance or ""
+    return found
 
 
 def error_from_event(event: ErrorEvent) -> GatewayError:

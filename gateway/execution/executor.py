@@ -117,6 +117,8 @@ class Execution:
         cells = program.notebook["cells"]
         runnable = program.runnable()
         deadline = Deadline(program.timeout, program.cell_timeout)
+        if program.prelude and not await self._replay(session, deadline):
+            return
         for count, index in enumerate(runnable, start=1):
             cell_json = cells[index]
             name = f"Cell {index + 1} (In [{count}])"
@@ -171,6 +173,25 @@ class Execution:
                             "(allow_errors is false)."
                         )
                     return
+
+    async def _replay(self, session: KernelSession, deadline: Deadline) -> bool:
+        """Run a rebuilt continuation's chain silently, within the program's timeout; False
+        if it stopped the program (a cancel, or the time ran out)."""
+        prelude, result = self.program.prelude, self.result
+        for piece in prelude:
+            if self.cancel.is_set():
+                result.stop("cancelled")
+                return False
+            left = deadline.left()
+            if left <= 0 or await session.run_silent(piece, timeout=left) is None:
+                result.notes.append(
+                    f"Replaying the snapshot's chain ({len(prelude)} cells) did not finish "
+                    f"within the timeout ({self.program.timeout:g} s); the run's own code did "
+                    "not run."
+                )
+                result.stop("timeout")
+                return False
+        return True
 
     def _output(self, output: dict[str, Any], display_id: str | None, replaces: bool) -> None:
         self.events.publish(CellOutput(self._index, output, display_id, replaces))

@@ -51,6 +51,9 @@ class Program:
     cell_names: bool = True
     keep: bool = False  # the kernel's final state kept as a snapshot (gateway.runs.snapshots)
     continue_from: str | None = None  # the snapshot the kernel starts from
+    # a rebuilt continuation's chain (`rebuild`): code run silently before the cells, each
+    # piece once, its errors ignored (the runs it replays may have failed)
+    prelude: tuple[str, ...] = ()
 
     def runnable(self) -> list[int]:
         """Positions (in `notebook["cells"]`) of the cells that run, in order."""

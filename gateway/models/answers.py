@@ -78,6 +78,13 @@ class ErrorBody(Answer):
     field: str | None = Field(
         None, description="the request field at fault, e.g. `timeout` or `files[0].path`"
     )
+    instance: str | None = Field(
+        None,
+        description=(
+            "`snapshot_elsewhere` only: the gateway instance that holds the snapshot (resend "
+            "with `X-Gateway-Instance: <instance>`)"
+        ),
+    )
 
 
 class Error(Answer):

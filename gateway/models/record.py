@@ -192,6 +192,23 @@ class SnapshotInfo(BaseModel):
     bytes: int = Field(
         ge=0, description="its own memory, counted against its owner's snapshot bytes"
     )
+    instance: str = Field(
+        "", description="the gateway instance that holds it (a run `from` it goes there)"
+    )
+    cell: int | None = Field(
+        None,
+        description=(
+            'a replay kept with `keep: "cells"`: the position, in the notebook\'s `cells`, of '
+            "the code cell after which this state was kept; null for a run's final state"
+        ),
+    )
+    gone: str | None = Field(
+        None,
+        description=(
+            "null while it is kept; once it went, why (expired, evicted, deleted, its "
+            "gateway stopped), as the 410 snapshot_gone says it"
+        ),
+    )
 
 
 class SnapshotList(BaseModel):
@@ -261,8 +278,24 @@ class RunRecord(BaseModel):
     snapshot: SnapshotInfo | None = Field(
         None, description="the kernel's final state, kept as asked (`keep`); null otherwise"
     )
+    snapshots: list[SnapshotInfo] = Field(
+        default_factory=list,
+        description=(
+            'a replay with `keep: "cells"`: the state after each code cell that ran, in '
+            "order (the last is also `snapshot`); empty otherwise"
+        ),
+    )
     continued_from: str | None = Field(
         None, description="the snapshot this run started from (`from`)"
+    )
+    continued_by: Literal["fork", "replay"] | None = Field(
+        None,
+        description=(
+            "how a run `from` a snapshot got its state: `fork`, a copy-on-write copy of the "
+            "snapshot's kernel; `replay`, its chain's code run again in a fresh kernel "
+            "(`rebuild: true`, when the snapshot was gone or elsewhere); null for a run "
+            "from nothing"
+        ),
     )
     started_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
     finished_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
@@ -347,6 +380,7 @@ class RunRecord(BaseModel):
         data["success"] = self.success
         data["usage"] = self.usage.to_json()
         data["snapshot"] = None if self.snapshot is None else self.snapshot.model_dump()
+        data["snapshots"] = [s.model_dump() for s in self.snapshots]
         return data
 
     def to_storage(self) -> dict[str, Any]:

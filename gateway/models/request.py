@@ -62,6 +62,7 @@ class RunRequest:
     memory_bytes: int | None = None  # a lower memory limit than the operator's, if any
     keep: bool = False  # keep the final state as a snapshot
     continue_from: str | None = None  # a snapshot's id to start from
+    rebuild: bool = False  # replay its chain's code where it cannot be forked
 
     @property
     def source(self) -> str:

@@ -269,7 +269,17 @@ class RunBody(Body):
             "start from a snapshot (an id from a record's `snapshot`): a fresh sandbox whose "
             "kernel holds the snapshot's variables, imports and working-folder files; the "
             "snapshot itself is unchanged. Another user's or an unknown id: 404; one that "
-            "expired, was evicted or deleted: 410 snapshot_gone"
+            "expired, was evicted or deleted, or whose gateway stopped: 410 snapshot_gone; "
+            "one held by another replica: 409 snapshot_elsewhere naming its `instance`"
+        ),
+    )
+    rebuild: bool | None = Field(
+        None,
+        description=(
+            "with `from`: where the snapshot is gone or elsewhere (or cannot be forked on "
+            "this backend or language), replay the code of its chain (every run from the "
+            "first) in a fresh kernel instead, and mark the record `continued_by: "
+            '"replay"`; its files are not replayed. Without it such a run is refused'
         ),
     )
     working_dir: FolderPath | None = Field(
@@ -294,6 +304,8 @@ class RunBody(Body):
         if self.code is None and self.entrypoint is None:
             raise InvalidRequest("`code` (or `entrypoint`) is required.", field="code")
         check_vars(self.vars or {}, self.language)
+        if self.rebuild and self.from_ is None:
+            raise InvalidRequest("`rebuild` needs `from`.", field="rebuild")
         if (self.keep or self.from_ is not None) and (self.network or self.working_dir):
             raise ConflictingFields(
                 "A kept or continued run has a working folder of its own and no network.",

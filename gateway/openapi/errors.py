@@ -29,6 +29,7 @@ ERROR_CODES: dict[int, list[str]] = {
     403: ["forbidden", "archive_mode_disabled"],
     404: ["not_found"],
     405: ["method_not_allowed"],
+    409: ["snapshot_elsewhere"],
     410: ["snapshot_gone"],
     413: ["payload_too_large"],
     415: ["unsupported_media_type"],
@@ -68,11 +69,19 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "NotFound",
         "`not_found`: no such run or snapshot (or not yours), or nothing at this address.",
     ),
+    409: (
+        "Conflict",
+        "`snapshot_elsewhere`: the snapshot named in `from` lives on another replica of this "
+        "gateway; `instance` names it. Resend the request with the header "
+        "`X-Gateway-Instance: <instance>`, on which the load balancer routes (or with "
+        "`rebuild: true`, to replay its chain's code here). A run is never started from "
+        "nothing instead.",
+    ),
     410: (
         "Gone",
         "`snapshot_gone`: the snapshot named in `from` (or the address) existed and went: "
         "its TTL passed, its owner's snapshot limits evicted it, it was deleted, or its "
-        "gateway stopped. The message says which. A run is never started from nothing "
+        "gateway stopped or restarted. The message says which. A run is never started from nothing "
         "instead.",
     ),
     413: (

@@ -155,7 +155,7 @@ PATHS: dict[str, Schema] = {
                     **answer("RunAccepted", "`background: true`: the run was queued."),
                     "headers": LOCATION,
                 },
-                **errors(400, 401, 403, 404, 413, 415, 429, 503),
+                **errors(400, 401, 403, 404, 409, 410, 413, 415, 429, 503),
             },
             body="RunRequest",
             body_text="What to run.",

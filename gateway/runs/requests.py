@@ -60,6 +60,7 @@ def run_request(body: RunBody, policy: RequestPolicy, caller: Principal) -> RunR
         notes=tuple(notes),
         keep=bool(body.keep),
         continue_from=body.from_,
+        rebuild=bool(body.rebuild),
     )
 
 

@@ -16,6 +16,8 @@ from gateway.errors import (
     InvalidRequest,
     NotFound,
     RateLimited,
+    SnapshotElsewhere,
+    SnapshotGone,
     StoreUnavailable,
     UnsupportedLanguage,
 )
@@ -34,6 +36,7 @@ from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.attach import archive_files, check_archive
 from gateway.runs.bounds import bound_record
 from gateway.runs.config import RunServiceConfig
+from gateway.runs.lineage import Lineage
 from gateway.runs.slots import RunSlots
 from gateway.runs.snapshots import Snapshot, Snapshots
 from gateway.sandbox.base import SandboxBackend, SandboxSpec
@@ -88,7 +91,10 @@ class RunService:
         self.metrics = metrics
         self.active: dict[str, ActiveRun] = {}
         self.pools = Pools(config.execution, backend, wire, metrics, sizes=config.pool_sizes())
-        self.snapshots = Snapshots(config.snapshots(), self._continuation)
+        self.lineage = Lineage(store)
+        self.snapshots = Snapshots(
+            config.snapshots(), self._continuation, store.replica, self._snapshot_went
+        )
         self._slots = RunSlots(config.max_concurrent_runs, per_user=config.slots_per_user())
         self._draining = False
         self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
@@ -109,6 +115,9 @@ class RunService:
             self.backend, spec, self.config.execution, self.wire, None, snapshot.sandbox
         )
 
+    def _snapshot_went(self, snapshot: Snapshot) -> None:
+        self.lineage.went(snapshot.run_id, snapshot.id, snapshot.gone or "gone")
+
     def _pooled(self) -> float:
         return float(self.pools.ready)
 
@@ -120,7 +129,8 @@ class RunService:
     @property
     def settled(self) -> bool:
         """No run is active, no sandbox is being destroyed, no pool kernel is starting."""
-        return not self.active and not self.pools.busy and not self.snapshots.busy
+        busy = self.pools.busy or self.snapshots.busy or self.lineage.busy
+        return not self.active and not busy
 
     @property
     def queued(self) -> int:
@@ -164,25 +174,60 @@ class RunService:
             code=request.source,
             continued_from=request.continue_from,
         )
+        program = from_run(request)
         if not (request.keep or request.continue_from):
-            return await self._start(record, from_run(request), held)
-        if request.language not in self.backend.snapshot_languages:
-            which = ", ".join(sorted(self.backend.snapshot_languages)) or "none"
-            raise InvalidRequest(
-                f"The {self.backend.name} backend keeps and continues the state of these "
-                f"languages' kernels only: {which}.",
-                field="keep" if request.keep else "from",
-                code="snapshot_unsupported",
-            )
+            return await self._start(record, program, held)
+        if request.keep:
+            self._check_snapshots(request.language, "keep")
         source = None
         if request.continue_from is not None:
-            source = self.snapshots.take(request.continue_from, request.user)
+            source, prelude = await self._continued(request)
+            record.continued_by = "replay" if source is None else "fork"
+            program = dataclasses.replace(program, prelude=prelude)
         try:
-            return await self._start(record, from_run(request), held, source)
+            return await self._start(record, program, held, source)
         except BaseException:
             if source is not None:
                 self.snapshots.release(source)
             raise
+
+    def _check_snapshots(self, language: Language, field: str) -> None:
+        """400 snapshot_unsupported unless this backend keeps `language`'s kernels."""
+        if language not in self.backend.snapshot_languages:
+            which = ", ".join(sorted(self.backend.snapshot_languages)) or "none"
+            raise InvalidRequest(
+                f"The {self.backend.name} backend keeps and continues the state of these "
+                f"languages' kernels only: {which}.",
+                field=field,
+                code="snapshot_unsupported",
+            )
+
+    async def _continued(self, request: RunRequest) -> tuple[Snapshot | None, tuple[str, ...]]:
+        """Where a run `from` a snapshot starts: the snapshot, held for it; or, with
+        `rebuild` where it cannot be forked here, none and its chain's code to replay.
+        Else the error that says why not: 404, 409 elsewhere (also from a backend that
+        cannot fork: the replica that holds it can), 410 gone (`gateway.runs.lineage`);
+        400 snapshot_unsupported for any other on a backend or language that keeps
+        nothing."""
+        snapshot_id, user = request.continue_from, request.user
+        assert snapshot_id is not None
+        supported = request.language in self.backend.snapshot_languages
+        error: GatewayError | None = None
+        try:
+            if supported:
+                return self.snapshots.take(snapshot_id, user), ()
+            if not self.snapshots.knows(snapshot_id):  # else: another language's, here
+                error = await self.lineage.missing(snapshot_id, user)
+        except SnapshotGone as exc:
+            error = exc
+        except NotFound:
+            error = await self.lineage.missing(snapshot_id, user)
+        if request.rebuild and not isinstance(error, NotFound):
+            return None, tuple(await self.lineage.chain(snapshot_id, user, request.language))
+        if not supported and not isinstance(error, SnapshotElsewhere | SnapshotGone):
+            self._check_snapshots(request.language, "from")
+        assert error is not None
+        raise error
 
     async def submit_notebook(
         self, request: NotebookRequest, held: Hold | None = None
@@ -332,7 +377,7 @@ class RunService:
         if record.status not in ("succeeded", "failed"):
             record.notes.append(f"The kernel's state was not kept: the run {record.status}.")
             return
-        record.snapshot, note = await self.snapshots.keep(session, record.user, source)
+        record.snapshot, note = await self.snapshots.keep(session, record.user, source, record.id)
         if note is not None:
             record.notes.append(note)
         if record.snapshot is not None:  # a continuation made ahead, for the next run
@@ -371,6 +416,8 @@ class RunService:
         record = active.record if active is not None else await self.store.get(run_id)
         if record is None or (record.user != user and not admin):
             raise NotFound(f"There is no run {run_id!r}.")
+        if active is None:
+            self.lineage.annotate(record, self.snapshots.knows)
         return record
 
     async def cancel(self, run_id: str, user: str, admin: bool) -> RunRecord:
@@ -422,6 +469,7 @@ class RunService:
             if pending:
                 await asyncio.wait(pending, timeout=30)
         await self.snapshots.close()
+        await self.lineage.settle()  # their records say that they went
         await self.pools.close()  # and every sandbox still being destroyed
 
 

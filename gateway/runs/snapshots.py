@@ -25,7 +25,6 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -34,6 +33,7 @@ from gateway.errors import GatewayError, NotFound, SnapshotGone
 from gateway.execution.session import KernelSession
 from gateway.models.record import SnapshotInfo
 from gateway.runs.config import SnapshotsConfig
+from gateway.runs.lineage import snapshot_name
 from gateway.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ MAX_DEPTH = 30
 class Snapshot:
     id: str
     user: str
+    run_id: str  # the run whose kernel it is: its record names it (`gateway.runs.lineage`)
     sandbox: Sandbox
     bytes: int
     parent: Snapshot | None
@@ -65,6 +66,7 @@ class Snapshot:
     # a continuation made ahead, for the next run from it (`prepare`), and its making
     ready: KernelSession | None = None
     readying: asyncio.Task[None] | None = None
+    cell: int | None = None  # a replay's (`keep: "cells"`): the cell after which it was kept
 
 
 class Snapshots:
@@ -72,8 +74,13 @@ class Snapshots:
         self,
         config: SnapshotsConfig,
         continuation: Callable[[Snapshot], Awaitable[KernelSession]] | None = None,
+        instance: str = "",
+        on_gone: Callable[[Snapshot], None] | None = None,
     ) -> None:
         self.config = config
+        self.instance = instance  # this gateway's, in each snapshot's info
+        # told of each snapshot that went, once (its record then says so: `lineage`)
+        self._on_gone = on_gone
         # starts a continuation of a snapshot (the run service's): made ahead, one per
         # snapshot, so that the next run from it needs no start (a pool of one)
         self._continuation = continuation
@@ -88,10 +95,15 @@ class Snapshots:
     # --- keeping ----------------------------------------------------------------------------
 
     async def keep(
-        self, session: KernelSession, user: str, parent: Snapshot | None
+        self,
+        session: KernelSession,
+        user: str,
+        parent: Snapshot | None,
+        run_id: str,
+        cell: int | None = None,
     ) -> tuple[SnapshotInfo | None, str | None]:
-        """Keep `session`'s kernel as a snapshot of `user`'s (the session gives its sandbox
-        up to it); or a note saying why it was not kept."""
+        """Keep `session`'s kernel, run `run_id`'s, as a snapshot of `user`'s (the session
+        gives its sandbox up to it); or a note saying why it was not kept."""
         if session.dead:
             return None, "The kernel's state was not kept: the kernel had ended."
         depth = 0 if parent is None else parent.depth + 1
@@ -111,8 +123,10 @@ class Snapshots:
         session.client.execute(STOP, silent=True)
         sandbox = session.give_away()
         snapshot = Snapshot(
-            id=f"snap_{secrets.token_urlsafe(18)}",
+            id=snapshot_name(run_id),
             user=user,
+            run_id=run_id,
+            cell=cell,
             sandbox=sandbox,
             bytes=await sandbox.memory_bytes(),
             parent=parent,
@@ -215,6 +229,10 @@ class Snapshots:
         if snapshot.gone is not None and snapshot.holders == 0:
             self._end(snapshot)
 
+    def knows(self, snapshot_id: str) -> bool:
+        """Whether this gateway kept it (it may have gone since)."""
+        return snapshot_id in self._kept or snapshot_id in self._gone
+
     def get(self, snapshot_id: str) -> Snapshot:
         return self._kept[snapshot_id]
 
@@ -229,6 +247,8 @@ class Snapshots:
             id=snapshot.id,
             expires_at=expires.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             bytes=snapshot.bytes,
+            instance=self.instance,
+            cell=snapshot.cell,
         )
 
     def delete(self, snapshot_id: str, user: str) -> None:
@@ -243,6 +263,8 @@ class Snapshots:
     def _go(self, snapshot: Snapshot, why: str) -> None:
         """Gone for every caller from now; ended once nothing holds it."""
         snapshot.gone = why
+        if self._on_gone is not None:
+            self._on_gone(snapshot)
         ready, snapshot.ready = snapshot.ready, None
         if ready is not None:  # its continuation made ahead goes first
             self._close(ready)
@@ -305,8 +327,12 @@ class Snapshots:
             if ready is not None:
                 self._close(ready)
         for snapshot in list(self._kept.values()):
-            self._gone[snapshot.id] = (snapshot.user, why)
-            snapshot.gone, snapshot.parent = why, None
+            if snapshot.gone is None:
+                self._gone[snapshot.id] = (snapshot.user, why)
+                snapshot.gone = why
+                if self._on_gone is not None:
+                    self._on_gone(snapshot)
+            snapshot.parent = None
             snapshot.holders = 0
             self._end(snapshot)
         if self._ending:

@@ -218,6 +218,11 @@ class RecordStore(abc.ABC):
         keep). Raises `InvalidPosition` for an `after` it cannot have written."""
 
     @abc.abstractmethod
+    async def amend(self, record: RunRecord) -> bool:
+        """Store a final record again, changed after it was final (its snapshot went); False
+        if it is gone meanwhile (never stored again: expired or evicted stays deleted)."""
+
+    @abc.abstractmethod
     async def expire(self, ttl: float) -> int:
         """Delete finished records older than `ttl` seconds; how many."""
 
@@ -242,6 +247,11 @@ class RecordStore(abc.ABC):
         """Fail every unfinished run whose lease ran out (its replica died), at most once
         whichever replicas ask; `note` may name the replica as `{replica}`. How many."""
         return 0
+
+    async def instance_alive(self, instance: str) -> bool:
+        """Whether a gateway of this instance id is live on this store now. A store of one
+        gateway has no other: only its own id is."""
+        return instance == self.replica
 
     async def request_cancel(self, run_id: str, note: str) -> bool:
         """Ask the replica that owns an unfinished run to cancel it (False: it is final or

@@ -43,6 +43,7 @@ from gateway.budget import Quota
 from gateway.models.record import RunRecord
 from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, Renewal, RunQuery
 from gateway.store.config import StoreConfig
+from gateway.store.instance import instance_lock_key
 from gateway.store.migrate import migrate
 from gateway.store.postgres_connection import (
     CONNECTION_OPTIONS,
@@ -238,6 +239,30 @@ class PostgresStore(RecordStore):
                 return Finished(kept=False)
             evicted = 0 if quota is None else await _enforce(conn, record.user, record.id, quota)
         return Finished(evicted=evicted)
+
+    async def amend(self, record: RunRecord) -> bool:
+        payload = await dump(record)
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE runs SET record = %s, size = %s, summary = %s "
+                "WHERE id = %s AND status NOT IN ('queued', 'running')",
+                (payload, len(payload), summary(record), record.id),
+            )
+        return cursor.rowcount > 0
+
+    async def instance_alive(self, instance: str) -> bool:
+        """A live replica holds its id's advisory lock (`postgres_leases`): one-key locks
+        show in `pg_locks` as the key's high and low 32 bits, with `objsubid` 1."""
+        key = instance_lock_key(instance) & 0xFFFF_FFFF_FFFF_FFFF
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                "AND classid = %s::bigint::oid AND objid = %s::bigint::oid "
+                "AND objsubid = 1 AND granted)",
+                (key >> 32, key & 0xFFFF_FFFF),
+            )
+            row = await cursor.fetchone()
+        return bool(row and row[0])
 
     async def get(self, run_id: str) -> RunRecord | None:
         async with self.connection() as conn:

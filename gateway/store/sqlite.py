@@ -155,6 +155,18 @@ class SQLiteStore(RecordStore):
         evicted: int = await self._call(self._put, await _row(record), quota)
         return Finished(evicted=evicted)
 
+    async def amend(self, record: RunRecord) -> bool:
+        changed: bool = await self._call(self._amend, await _row(record))
+        return changed
+
+    def _amend(self, row: _Row) -> bool:
+        cursor = self._conn().execute(
+            "UPDATE runs SET record = ?, size = ?, summary = ? "
+            "WHERE id = ? AND status NOT IN ('queued', 'running')",
+            (row.payload, len(row.payload), row.summary, row.id),
+        )
+        return cursor.rowcount > 0
+
     def _put(self, row: _Row, quota: Quota | None = None) -> int:
         self._conn().execute(
             "INSERT INTO runs (id, user, status, created, record, size, language, summary) "
