@@ -250,6 +250,12 @@ class Settings(BaseModel):
     snapshot_ttl: float = setting(
         3600.0, "seconds a kept kernel state waits for a run to start from it", gt=0
     )
+    snapshot_bytes_total: int = setting(
+        8 * GiB,
+        "memory of every user's kept kernel states together; past it no more is kept "
+        "(nobody's is evicted for another's)",
+        ge=0,
+    )
 
     cpus: float = setting(1.0, "CPUs per sandbox", gt=0, le=1024)
     memory_bytes: int = setting(1 * GiB, "memory per sandbox", ge=16 * MiB)

@@ -152,6 +152,8 @@ def test_another_replicas_snapshot_is_elsewhere_until_it_stops(postgres_dsn: str
         snapshot = record["snapshot"]["id"]
         instance = holder.settings.instance_id
         assert record["snapshot"]["instance"] == instance
+        answer = other.client().request("POST", "/v1/runs", {"code": "x", "from": snapshot})
+        assert answer.headers["X-Gateway-Instance"] == instance  # for a balancer to route on
         status, error = post(other.client(), {"code": "print(x)", "from": snapshot})
         assert status == 409, error
         assert error["error"] == {

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway.execution.config import ExecutionConfig
@@ -60,9 +60,17 @@ class Execution:
     config: ExecutionConfig
     cancel: asyncio.Event
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
+    # `keep: "cells"`: after each cell that lets the program go on, the kernel's state is
+    # kept and the next cell runs in a continuation of it, which this returns (the layer
+    # above keeps and owns them: `gateway.runs.service`); the same session: nothing kept
+    advance: Callable[[KernelSession, int], Awaitable[KernelSession]] | None = None
     result: RunResult = dataclasses.field(init=False)
-    # the sandbox's CPU when the run's code began
+    session: KernelSession | None = dataclasses.field(default=None, init=False)  # the last
+    # the sandbox's CPU when the run's code began (in it, after an `advance`)
     _cpu_before: int | None = dataclasses.field(default=None, init=False)
+    # what the kernels before the last used (`advance`): CPU ms, and the highest peak
+    _spent_cpu: int = dataclasses.field(default=0, init=False)
+    _spent_peak: int = dataclasses.field(default=0, init=False)
     _index: int = dataclasses.field(default=0, init=False)  # the cell being run, for its events
 
     def __post_init__(self) -> None:
@@ -90,7 +98,8 @@ class Execution:
         # the run's CPU counts from here: not the kernel's start, nor (a pooled kernel) its
         # preloads, so that pooled and cold runs report alike
         self._cpu_before = (await session.sandbox.usage()).cpu_ms
-        await self._run_cells(session)
+        self.session = session
+        session = await self._run_cells(session)
         await self._close(session)
         self.result.write(self.record)
         return self.record
@@ -101,12 +110,12 @@ class Execution:
         self.result.write(self.record)
         return self.record
 
-    async def _run_cells(self, session: KernelSession) -> None:
-        """Run the cells in order until one stops the program."""
+    async def _run_cells(self, session: KernelSession) -> KernelSession:
+        """Run the cells in order until one stops the program; the session of the last."""
         program, result = self.program, self.result
         if self.cancel.is_set():
             result.stop("cancelled")
-            return
+            return session
         setup = setup_code(
             program.language, program.env, program.vars, session.fence_token, program.network
         )
@@ -118,20 +127,20 @@ class Execution:
         runnable = program.runnable()
         deadline = Deadline(program.timeout, program.cell_timeout)
         if program.prelude and not await self._replay(session, deadline):
-            return
+            return session
         for count, index in enumerate(runnable, start=1):
             cell_json = cells[index]
             name = f"Cell {index + 1} (In [{count}])"
             if self.cancel.is_set():
                 result.stop("cancelled")
-                return
+                return session
             if deadline.passed:
                 result.notes.append(
                     f"The notebook ran out of its timeout ({program.timeout:g} s) before "
                     f"cell {index + 1}; it and the cells after it did not run."
                 )
                 result.stop("timeout")
-                return
+                return session
             cell_time = deadline.next_cell()
             more = count < len(runnable)
             self._index = index
@@ -163,7 +172,7 @@ class Execution:
             )
             if cell.ending != "finished":
                 result.note_stop(name, cell, cell_time.by_cell, more)
-                return
+                return session
             if exit_code != 0 and EXPECTED_ERROR_TAG not in tags(cell_json):
                 result.fail(cell, exit_code)
                 if not program.allow_errors:
@@ -172,7 +181,28 @@ class Execution:
                             f"{name} failed, so the cells after it did not run "
                             "(allow_errors is false)."
                         )
-                    return
+                    return session
+            if more and self.advance is not None:
+                session = await self._advance(session, index)
+        return session
+
+    async def _advance(self, session: KernelSession, index: int) -> KernelSession:
+        """The session the cell after `index` runs in (`advance`); the run's usage and
+        output limit carry over to it."""
+        assert self.advance is not None
+        usage = await session.sandbox.usage()  # its own, before it is kept
+        successor = await self.advance(session, index)
+        if successor is session:
+            return session
+        if usage.cpu_ms is not None and self._cpu_before is not None:
+            self._spent_cpu += max(0, usage.cpu_ms - self._cpu_before)
+        self._spent_peak = max(self._spent_peak, usage.peak_memory_bytes or 0)
+        meter = session.client.meter
+        if meter.ceiling is not None:
+            successor.client.meter.limit_from_now(max(0, meter.ceiling - meter.total))
+        self._cpu_before = (await successor.sandbox.usage()).cpu_ms
+        self.session = successor
+        return successor
 
     async def _replay(self, session: KernelSession, deadline: Deadline) -> bool:
         """Run a rebuilt continuation's chain silently, within the program's timeout; False
@@ -192,6 +222,11 @@ class Execution:
                 result.stop("timeout")
                 return False
         return True
+
+    @property
+    def last_cell(self) -> int:
+        """The position, in the notebook's cells, of the last cell that started."""
+        return self._index
 
     def _output(self, output: dict[str, Any], display_id: str | None, replaces: bool) -> None:
         self.events.publish(CellOutput(self._index, output, display_id, replaces))
@@ -233,6 +268,11 @@ class Execution:
         closing.usage = await sandbox.usage()  # before the sandbox goes, its cgroup with it
         if closing.usage.cpu_ms is not None and self._cpu_before is not None:
             closing.usage.cpu_ms = max(0, closing.usage.cpu_ms - self._cpu_before)
+            closing.usage.cpu_ms += self._spent_cpu
+        if self._spent_peak:
+            closing.usage.peak_memory_bytes = max(
+                closing.usage.peak_memory_bytes or 0, self._spent_peak
+            )
         closing.events = await sandbox.limit_events()
         closing.death = await sandbox.death() if last.ending == "died" else None
         if session.client.over_limit and last.ending == "finished":

@@ -50,6 +50,7 @@ class Program:
     keep_saved_charts: bool = False
     cell_names: bool = True
     keep: bool = False  # the kernel's final state kept as a snapshot (gateway.runs.snapshots)
+    keep_cells: bool = False  # and the state after each code cell (a replay's `keep: "cells"`)
     continue_from: str | None = None  # the snapshot the kernel starts from
     # a rebuilt continuation's chain (`rebuild`): code run silently before the cells, each
     # piece once, its errors ignored (the runs it replays may have failed)
@@ -129,4 +130,7 @@ def from_notebook(request: NotebookRequest) -> Program:
         network=request.network,
         user=request.user,
         notes=request.notes,
+        keep=request.keep,
+        keep_cells=request.keep_cells,
+        continue_from=request.continue_from,
     )

@@ -27,6 +27,7 @@ from gateway.errors import (
     InvalidRequest,
     Overloaded,
     PayloadTooLarge,
+    SnapshotElsewhere,
     Unauthorized,
     UnsupportedMediaType,
 )
@@ -220,6 +221,8 @@ class GatewayHandler(tornado.web.RequestHandler):
                 self.set_header("Retry-After", str(int(exc.retry_after + 0.999)))
             if exc.status == 401:
                 self.set_header("WWW-Authenticate", 'Bearer realm="gateway"')
+            if isinstance(exc, SnapshotElsewhere):  # for a load balancer that reads answers
+                self.set_header("X-Gateway-Instance", exc.instance)
             self.finish(json.dumps(exc.to_json()))
             return
         if status_code == 405:

@@ -1,7 +1,8 @@
 """`POST /v1/notebooks/run`: the body as the API defines it, and the notebook in it.
 
 The body is a notebook itself (it has `nbformat` at the top) or `{notebook, timeout,
-cell_timeout, allow_errors, files, return_files, vars, env, network}`. The notebook is
+cell_timeout, allow_errors, files, return_files, vars, env, network, keep, from,
+rebuild}`. The notebook is
 checked by nbformat's own validator (older formats are converted to v4 first, as Jupyter
 does), so a 400 carries nbformat's reason. Validating a large notebook is CPU work:
 handlers parse in a thread.
@@ -16,13 +17,14 @@ from typing import Annotated, Any, Literal, TypeGuard
 
 import nbformat
 from pydantic import Field, WithJsonSchema
+from pydantic import model_validator as model_check
 
-from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedLanguage
+from gateway.errors import ConflictingFields, InvalidRequest, PayloadTooLarge, UnsupportedLanguage
 from gateway.jsoncodec import JsonLimits, JsonShape, parse_json, scan
 from gateway.models.base import Body
 from gateway.models.common import LANGUAGES, Language
 from gateway.models.languages import KERNEL_LANGUAGES, notebook_metadata
-from gateway.models.run import Environment, FileBody, ReturnPattern
+from gateway.models.run import Environment, FileBody, ReturnPattern, SnapshotId
 from gateway.models.stream import REF, Ref
 
 _REASON_CHARS = 500
@@ -75,6 +77,29 @@ class NotebookBody(Body):
     vars: dict[str, Any] | None = None
     env: Environment | None = None
     network: bool | None = None
+    keep: bool | Literal["cells"] | None = Field(
+        None,
+        description=(
+            "as a run's `keep`: the kernel's final state kept as a snapshot; `\"cells\"`: "
+            "also the state after each code cell (the record's `snapshots`), each cell after "
+            "the first running in a continuation of the state before it"
+        ),
+    )
+    from_: SnapshotId | None = Field(
+        None, alias="from", description="as a run's `from`: the replay starts from a snapshot"
+    )
+    rebuild: bool | None = Field(None, description="as a run's `rebuild`")
+
+    @model_check(mode="after")
+    def _snapshots(self) -> NotebookBody:
+        if self.rebuild and self.from_ is None:
+            raise InvalidRequest("`rebuild` needs `from`.", field="rebuild")
+        if (self.keep or self.from_ is not None) and self.network:
+            raise ConflictingFields(
+                "A kept or continued replay has a working folder of its own and no network.",
+                field="network",
+            )
+        return self
 
     @classmethod
     def read(cls, data: Any) -> NotebookBody:

@@ -88,6 +88,10 @@ class NotebookRequest:
     network: bool = False
     user: str = "anonymous"
     notes: tuple[str, ...] = ()
+    keep: bool = False  # keep the final state as a snapshot
+    keep_cells: bool = False  # and the state after each code cell (`keep: "cells"`)
+    continue_from: str | None = None  # a snapshot's id to start from
+    rebuild: bool = False  # replay its chain's code where it cannot be forked
 
     @property
     def code(self) -> str:

@@ -22,6 +22,7 @@ class SnapshotsConfig:
     per_user: int = 10  # snapshots a user may hold; more evicts their least recently used
     bytes_per_user: int = 4 << 30  # the sum of their own memory
     ttl: float = 3600.0  # idle seconds before one goes
+    bytes_total: int = 8 << 30  # every user's together: past it nothing more is kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,7 @@ class RunServiceConfig:
     snapshots_per_user: int
     snapshot_bytes_per_user: int
     snapshot_ttl: float
+    snapshot_bytes_total: int
     # never-used kernels kept ready, by kind
     pool_python: int
     pool_bash: int
@@ -70,6 +72,7 @@ class RunServiceConfig:
             per_user=self.snapshots_per_user,
             bytes_per_user=self.snapshot_bytes_per_user,
             ttl=self.snapshot_ttl,
+            bytes_total=self.snapshot_bytes_total,
         )
 
     def records_quota(self) -> Quota:

@@ -98,6 +98,10 @@ def notebook_request(
         network=network(body.network, policy),
         user=caller.user,
         notes=tuple(notes),
+        keep=bool(body.keep),
+        keep_cells=body.keep == "cells",
+        continue_from=body.from_,
+        rebuild=bool(body.rebuild),
     )
 
 

@@ -5,7 +5,9 @@ shutdown."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import logging
 import re
 import time
@@ -174,7 +176,16 @@ class RunService:
             code=request.source,
             continued_from=request.continue_from,
         )
-        program = from_run(request)
+        return await self._continuing(record, from_run(request), request, held)
+
+    async def _continuing(
+        self,
+        record: RunRecord,
+        program: Program,
+        request: RunRequest | NotebookRequest,
+        held: Hold | None,
+    ) -> ActiveRun:
+        """Start a run or replay, with what `keep` and `from` ask of snapshots."""
         if not (request.keep or request.continue_from):
             return await self._start(record, program, held)
         if request.keep:
@@ -202,7 +213,9 @@ class RunService:
                 code="snapshot_unsupported",
             )
 
-    async def _continued(self, request: RunRequest) -> tuple[Snapshot | None, tuple[str, ...]]:
+    async def _continued(
+        self, request: RunRequest | NotebookRequest
+    ) -> tuple[Snapshot | None, tuple[str, ...]]:
         """Where a run `from` a snapshot starts: the snapshot, held for it; or, with
         `rebuild` where it cannot be forked here, none and its chain's code to replay.
         Else the error that says why not: 404, 409 elsewhere (also from a backend that
@@ -240,8 +253,9 @@ class RunService:
             code=request.code,
             kind="notebook",
         )
+        record.continued_from = request.continue_from
         store_notebook(record, request.notebook)
-        return await self._start(record, from_notebook(request), held)
+        return await self._continuing(record, from_notebook(request), request, held)
 
     async def _available(self, language: Language) -> None:
         """A language whose kernel may be missing (R) is refused where the backend's kernels
@@ -327,16 +341,23 @@ class RunService:
                 active.execution = execution
                 source = active.source
                 ready = None if source is None else self.snapshots.take_ready(source)
-                try:  # the kernel is this block's: destroyed as it ends, off the answer's path
-                    async with self.pools.kernel(
-                        execution.spec,
-                        active.cancel,
-                        None if source is None else source.sandbox,
-                        ready,
-                    ) as session:
+                # the kernels are this block's (a replay that keeps its cells' states has
+                # one per cell): each destroyed as it ends, off the answer's path
+                try:
+                    async with contextlib.AsyncExitStack() as kernels:
+                        session = await kernels.enter_async_context(
+                            self.pools.kernel(
+                                execution.spec,
+                                active.cancel,
+                                None if source is None else source.sandbox,
+                                ready,
+                            )
+                        )
+                        if program.keep_cells:
+                            execution.advance = functools.partial(self._advance, active, kernels)
                         await execution.run(session, files)
                         if program.keep:
-                            await self._keep_state(session, record, source)
+                            await self._keep_state(execution.session or session, active)
                 except StartCancelled:
                     execution.cancelled_before_start()
             finally:
@@ -355,7 +376,8 @@ class RunService:
             except Exception:
                 log.exception("run %s: its record could not be bounded", record.id)
             if active.source is not None:
-                self.snapshots.prepare(active.source)  # for the next run from it
+                if active.source.id == record.continued_from:  # not a cell's, kept here
+                    self.snapshots.prepare(active.source)  # for the next run from it
                 self.snapshots.release(active.source)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
             # still held (its lease renewed) until the store has the final record, however
@@ -369,19 +391,54 @@ class RunService:
                     active.held.release()
         return record
 
-    async def _keep_state(
-        self, session: KernelSession, record: RunRecord, source: Snapshot | None
-    ) -> None:
+    async def _keep_state(self, session: KernelSession, active: ActiveRun) -> None:
         """Keep the kernel's final state as a snapshot (`keep`), if the run ended with its
         kernel alive; a note says why not otherwise."""
+        record, execution = active.record, active.execution
         if record.status not in ("succeeded", "failed"):
             record.notes.append(f"The kernel's state was not kept: the run {record.status}.")
             return
-        record.snapshot, note = await self.snapshots.keep(session, record.user, source, record.id)
+        cell = execution.last_cell if execution and execution.program.keep_cells else None
+        snapshot, note = await self.snapshots.keep(
+            session, record.user, active.source, record.id, cell
+        )
         if note is not None:
             record.notes.append(note)
-        if record.snapshot is not None:  # a continuation made ahead, for the next run
-            self.snapshots.prepare(self.snapshots.get(record.snapshot.id))
+        if snapshot is not None and snapshot.gone is None:
+            record.snapshot = self.snapshots.info(snapshot)
+            if cell is not None:
+                record.snapshots.append(record.snapshot)
+            self.snapshots.prepare(snapshot)  # a continuation made ahead, for the next run
+
+    async def _advance(
+        self,
+        active: ActiveRun,
+        kernels: contextlib.AsyncExitStack,
+        session: KernelSession,
+        index: int,
+    ) -> KernelSession:
+        """`keep: "cells"`: keep the state after cell `index` and answer a continuation of
+        it for the next cell (owned by `kernels`); the run holds it until the next is kept
+        from its continuation (which then holds it) or the run ends. Nothing kept (a note
+        says why): the same session, and no later cell is kept either."""
+        record, execution = active.record, active.execution
+        assert execution is not None
+        snapshot, note = await self.snapshots.keep(
+            session, record.user, active.source, record.id, index, hold=True
+        )
+        if note is not None:
+            record.notes.append(note)
+        if snapshot is None:
+            execution.advance = None
+            return session
+        if snapshot.gone is None:
+            record.snapshots.append(self.snapshots.info(snapshot))
+        previous, active.source = active.source, snapshot
+        if previous is not None:
+            self.snapshots.release(previous)
+        return await kernels.enter_async_context(
+            self.pools.kernel(execution.spec, active.cancel, snapshot.sandbox)
+        )
 
     async def _keep(self, record: RunRecord) -> None:
         """Store a final record within its owner's quota (their oldest records make room)."""

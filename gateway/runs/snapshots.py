@@ -101,9 +101,12 @@ class Snapshots:
         parent: Snapshot | None,
         run_id: str,
         cell: int | None = None,
-    ) -> tuple[SnapshotInfo | None, str | None]:
+        hold: bool = False,
+    ) -> tuple[Snapshot | None, str | None]:
         """Keep `session`'s kernel, run `run_id`'s, as a snapshot of `user`'s (the session
-        gives its sandbox up to it); or a note saying why it was not kept."""
+        gives its sandbox up to it), and a note if anything went for it; or None and a note
+        saying why it was not kept. With `hold`, the caller holds it (`release` after),
+        so it lives on for the caller even if it went at once (over the limits)."""
         if session.dead:
             return None, "The kernel's state was not kept: the kernel had ended."
         depth = 0 if parent is None else parent.depth + 1
@@ -131,18 +134,24 @@ class Snapshots:
             bytes=await sandbox.memory_bytes(),
             parent=parent,
             depth=depth,
+            holders=int(hold),
         )
         if parent is not None:
             parent.holders += 1
         self._kept[snapshot.id] = snapshot
-        note = self._within_limits(user, snapshot)
-        if snapshot.gone is not None:
-            return None, note
-        return self.info(snapshot), note
+        return snapshot, self._within_limits(user, snapshot)
 
     def _within_limits(self, user: str, newest: Snapshot) -> str | None:
-        """Evict `user`'s least recently used snapshots until their count and bytes are
-        within the operator's limits (never another user's); a note if any went."""
+        """Refuse `newest` if every user's snapshots together are over the gateway's bytes;
+        else evict `user`'s least recently used ones until their count and bytes are within
+        the operator's limits (never another user's); a note if any went."""
+        total = sum(s.bytes for s in self._kept.values() if s.gone is None)
+        if total > self.config.bytes_total:  # the machine's share: nobody's goes for it
+            self._go(newest, "not kept: the gateway's memory for snapshots was full")
+            return (
+                "The kernel's state was not kept: this gateway's memory for snapshots "
+                f"(every user's together, {self.config.bytes_total} bytes) is full."
+            )
         evicted = 0
         while True:
             own = sorted(self.owned(user), key=lambda s: s.used)
