@@ -511,7 +511,7 @@ NS_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
 def _branch(fds: list[int], sock: socket.socket) -> int:
     """A sandbox for a continuation of a snapshot (DESIGN decision 24). Its kernel is not
-    forked here: a fork of the snapshot's kernel joins it (`kernels/python/snapshot.py`).
+    forked here: a fork of the snapshot's kernel joins it (`kernels/snapshot.py`).
     That process has no capability and runs under the seccomp filter, so it can join
     namespaces only where its uid alone gives it the right: in a user namespace it owns.
     So, as root, this process joins the cgroups and makes the sandbox's mounts as
@@ -850,10 +850,16 @@ def _kernel(request: dict[str, Any], kind: str) -> None:
         sys.argv = ["ipykernel", *argv]
         prebuilt.launch(argv)
     elif kind == "bash":
+        from kernels import snapshot
         from kernels.bash.__main__ import run
+        from kernels.bash.kernel import resume
 
         sys.argv = ["bash-kernel", *argv]
-        sys.exit(run(argv))
+        snapshot.listen(resume)
+        code = run(argv)
+        if snapshot.kept():  # its run asked to keep its state: a fork of it is the snapshot
+            snapshot.freeze()
+        sys.exit(code)
     else:
         os.execve(argv[0], argv, dict(os.environ))  # noqa: S606 - the kernel's own command
 

@@ -292,7 +292,8 @@ def test_an_idle_snapshot_expires() -> None:
 
 
 def test_what_cannot_be_kept_says_so(alice: Client) -> None:
-    status, code, _ = error_of(alice, {"code": "echo hi", "language": "bash", "keep": True})
+    body = {"code": "console.log(1)", "language": "javascript", "keep": True}
+    status, code, _ = error_of(alice, body)
     assert (status, code) == (400, "snapshot_unsupported")
     status, code, _ = error_of(alice, {"code": "1", "keep": True, "network": True})
     assert (status, code) == (400, "conflicting_fields")
@@ -412,3 +413,70 @@ def test_a_snapshot_is_frozen(alice: Client, forked: GatewayThread) -> None:
     time.sleep(2.0)
     assert cpu_ms() - before < 100  # two spinners would have used 2,000 ms on two cores
     assert continued(alice, snapshot, "print(x)")["stdout"] == "kept while spinning\n"
+
+
+BASH_STATE = """\
+x=41
+arr=(a 'b c' d)
+declare -A m=([k]=v)
+declare -r fixed=1
+f() { echo "f:$1:$x"; }
+export E=exported
+alias ll='echo aliased'
+shopt -s expand_aliases
+set -o pipefail
+mkdir -p sub && cd sub && echo data > file.txt
+umask 027
+IFS=:
+sleep 300 &
+trap 'echo trapped' USR1
+"""
+BASH_AFTER = """\
+echo "$x|${arr[1]}|${m[k]}|$fixed|$E"
+f hi
+ll
+[[ -o pipefail ]] && echo pipefail
+echo "$PWD $(cat file.txt) $(umask)"
+printf '%q\\n' "$IFS"
+IFS=$' \\t\\n'
+jobs | wc -l; trap -p USR1 | wc -l
+n=0; for p in /proc/[0-9]*/comm; do [[ $(<$p) == sleep ]] && n=$((n + 1)); done; echo $n
+"""
+
+
+def test_a_bash_kernels_state_is_carried(alice: Client) -> None:
+    """A bash snapshot carries its shell: variables (arrays, associative, read-only,
+    exported), functions, aliases, options, folder, umask and IFS, and the working
+    folder's files; not its jobs nor its traps (API.md, "Snapshots")."""
+    record = alice.run(code=BASH_STATE, language="bash", keep=True)
+    assert record["status"] == "succeeded" and record["snapshot"] is not None, record
+    snapshot = record["snapshot"]["id"]
+    after = alice.run(code=BASH_AFTER, language="bash", **{"from": snapshot})
+    assert after["status"] == "succeeded", after
+    assert after["stdout"].splitlines() == [
+        "41|b c|v|1|exported",
+        "f:hi:41",
+        "aliased",
+        "pipefail",
+        "/workspace/sub data 0027",
+        ":",
+        "0",
+        "0",
+        "0",
+    ], after["stdout"] + after["stderr"]
+    # branches are apart: one's change is not the other's, nor the snapshot's
+    changed = alice.run(
+        code="x=1; echo data2 > file.txt; echo $x",
+        language="bash",
+        **{"from": snapshot, "keep": True},
+    )
+    assert changed["stdout"] == "1\n"
+    other = alice.run(code="echo $x $(cat file.txt)", language="bash", **{"from": snapshot})
+    assert other["stdout"] == "41 data\n"
+    chained = alice.run(
+        code="echo $x $(cat file.txt); f z", language="bash", **{"from": changed["snapshot"]["id"]}
+    )
+    assert chained["stdout"] == "1 data2\nf:z:1\n"
+    # a snapshot is of one language's kernel
+    status, _, message = error_of(alice, {"code": "print(x)", "from": snapshot})
+    assert status == 400 and "bash kernel" in message

@@ -68,6 +68,23 @@ def result_code(language: Language, max_bytes: int) -> str:
     return DENO_RESULT
 
 
+# Keeping a kernel's state (`gateway.runs.snapshots`): two silent requests, `keep` (its
+# reply awaited), then `stop` (not: a request that stops the loop may keep its reply queued)
+_KEEP_CODE: dict[str, tuple[str, str]] = {
+    "ipykernel": (
+        "__import__('kernels.python.resume', fromlist=['keep']).keep()",
+        "__import__('kernels.python.resume', fromlist=['stop']).stop()",
+    ),
+    # our bash kernel takes these two silent requests as its own (`kernels.bash.kernel`)
+    "bash": ("__gateway_keep__", "__gateway_stop__"),
+}
+
+
+def keep_code(kernel: str) -> tuple[str, str] | None:
+    """The `keep` and `stop` requests of a kernel whose state can be kept, else None."""
+    return _KEEP_CODE.get(kernel)
+
+
 def fence_code(label: str) -> str:
     """Deno: write the fence `label` through stdout and stderr (`execution.fence`)."""
     return f"{_DENO_RUN}.fence({json.dumps(label)});"

@@ -68,6 +68,7 @@ class KernelSession:
         self.sandbox = sandbox
         self.client = client
         self.config = config
+        self.language = language
         self.traits: LanguageTraits = traits(language)
         # the kernel's fence token (`execution.fence`), for kernels that need fences
         self.fence_token = new_token() if self.traits.fenced_output else None

@@ -110,7 +110,7 @@ class RunService:
         will take it (`Snapshots.prepare`)."""
         spec = SandboxSpec(
             run_id=f"ahead-{snapshot.id[-12:]}",
-            language="python",
+            language=snapshot.language,
             limits=self.config.execution.limits(),
         )
         return await start_session(
@@ -228,7 +228,15 @@ class RunService:
         error: GatewayError | None = None
         try:
             if supported:
-                return self.snapshots.take(snapshot_id, user), ()
+                snapshot = self.snapshots.take(snapshot_id, user)
+                if snapshot.language != request.language:
+                    self.snapshots.release(snapshot)
+                    raise InvalidRequest(
+                        f"The snapshot {snapshot_id} is of a {snapshot.language} kernel; this "
+                        f"run is {request.language}.",
+                        field="language",
+                    )
+                return snapshot, ()
             if not self.snapshots.knows(snapshot_id):  # else: another language's, here
                 error = await self.lineage.missing(snapshot_id, user)
         except SnapshotGone as exc:

@@ -30,7 +30,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from gateway.errors import GatewayError, NotFound, SnapshotGone
+from gateway.execution.kernel_code import keep_code
 from gateway.execution.session import KernelSession
+from gateway.models.common import Language
 from gateway.models.record import SnapshotInfo
 from gateway.runs.config import SnapshotsConfig
 from gateway.runs.lineage import snapshot_name
@@ -40,9 +42,8 @@ log = logging.getLogger(__name__)
 
 # Run silently in the kernel after its run (no name is bound in the user's namespace): it is
 # marked to be kept, then its loop is stopped by a request whose reply is not awaited (a
-# reply of the request that stops the loop may stay queued: kernels/python/snapshot.py)
-KEEP = "__import__('kernels.python.snapshot', fromlist=['keep']).keep()"
-STOP = "__import__('kernels.python.snapshot', fromlist=['stop']).stop()"
+# reply of the request that stops the loop may stay queued: kernels/snapshot.py). Each
+# kernel's own two requests: `gateway.execution.kernel_code.keep_code`
 KEEP_TIMEOUT = 10.0
 GONE_REMEMBERED = 10_000  # ids of snapshots that went, for 410 rather than 404
 SWEEP_EVERY = 10.0
@@ -56,6 +57,7 @@ class Snapshot:
     id: str
     user: str
     run_id: str  # the run whose kernel it is: its record names it (`gateway.runs.lineage`)
+    language: Language
     sandbox: Sandbox
     bytes: int
     parent: Snapshot | None
@@ -115,20 +117,25 @@ class Snapshots:
                 f"The kernel's state was not kept: a chain of snapshots is at most {MAX_DEPTH} "
                 "continuations deep."
             )
+        requests = keep_code(session.traits.kernel)
+        if requests is None:
+            return None, "The kernel's state was not kept: this kernel's cannot be."
+        keep, stop = requests
         try:
-            reply = await session.client.run_silent(KEEP, KEEP_TIMEOUT)
+            reply = await session.client.run_silent(keep, KEEP_TIMEOUT)
         except TimeoutError:
             return None, "The kernel's state was not kept: the kernel did not answer in time."
         except GatewayError as exc:
             return None, f"The kernel's state was not kept: {exc.message}"
         if reply.get("status") != "ok":
             return None, "The kernel's state was not kept: the kernel refused."
-        session.client.execute(STOP, silent=True)
+        session.client.execute(stop, silent=True)
         sandbox = session.give_away()
         snapshot = Snapshot(
             id=snapshot_name(run_id),
             user=user,
             run_id=run_id,
+            language=session.language,
             cell=cell,
             sandbox=sandbox,
             bytes=await sandbox.memory_bytes(),

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import tempfile
@@ -32,6 +33,7 @@ from typing import Any
 import zmq
 from jupyter_client.session import Session
 
+from kernels import snapshot
 from kernels.bash.shell import BashShell, MarkerCutter, ShellError, marker_bytes
 
 log = logging.getLogger("kernels.bash")
@@ -56,6 +58,48 @@ EXIT_CHECK_INTERVAL = 0.005  # the same, in the first EXIT_WINDOW s after bash c
 EXIT_WINDOW = 0.2
 IDLE_INTERVAL = 1.0  # while idle: how often to check bash and the parent process
 SOCKET_LINGER_MS = 500
+
+# A kept kernel (`kernels.snapshot`, DESIGN decision 24): the gateway's two silent requests.
+# `keep` writes the shell's state as a script (`_DUMP`) and keeps it in this process's
+# memory, which the snapshot is a fork of; `stop` ends the loop. A continuation starts a
+# new bash that sources the script before its first cell (`resume`).
+KEEP_REQUEST = "__gateway_keep__"
+STOP_REQUEST = "__gateway_stop__"
+STATE_FILE = "state.sh"
+XTRACE_MARK = "#gw-xtrace"
+# In a subshell (it has the shell's variables, functions, aliases, options, folder and
+# umask, and whatever it sets goes with it): what makes the shell this state, the
+# options last (an `errexit` or `nounset` among them cannot stop the rest), `xtrace` off
+# and marked (the kernel turns it on per cell, never in its loop). Not carried: bash's own
+# variables (its PID, `RANDOM`'s state, `SECONDS`), traps, jobs and the folder stack.
+_DUMP = (
+    r"""(
+__gw_o=$(builtin set +o) __gw_f=$-
+builtin set +e +u +x
+builtin declare -p IFS 2>/dev/null
+IFS=$' \t\n'
+for __gw_n in $(builtin compgen -v); do
+  case $__gw_n in
+    __gw_*|IFS|BASH|BASH_*|BASHOPTS|BASHPID|EUID|UID|PPID|SHELLOPTS|FUNCNAME|GROUPS) ;;
+    RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|EPOCHREALTIME|EPOCHSECONDS|DIRSTACK) ;;
+    PIPESTATUS|_|SHLVL|PWD|OLDPWD|COMP_WORDBREAKS) ;;
+    *) builtin declare -p -- "$__gw_n" 2>/dev/null ;;
+  esac
+done
+builtin declare -f
+builtin alias -p
+builtin shopt -p
+builtin printf 'builtin cd -- %q\n' "$PWD"
+builtin printf 'builtin umask %s\n' "$(builtin umask)"
+builtin printf '%s\n' "$__gw_o"
+[[ $__gw_f == *x* ]] && builtin printf '%s\n' '"""
+    + XTRACE_MARK
+    + r"""'
+builtin printf 'builtin set +x\n'
+) > {file} 2>/dev/null
+"""
+)
+_kept_state: bytes | None = None  # the shell's state as `keep` found it
 
 
 @dataclass(frozen=True)
@@ -176,8 +220,11 @@ def _ignore_signal(signum: int, frame: FrameType | None) -> None:
 class BashKernel:
     """The kernel: sockets, message handling and the event loop."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, restore: bytes | None = None) -> None:
+        """`restore`: a kept shell's state (`_DUMP`), which the first bash starts in."""
         self.connection = connection
+        self._restore = restore
+        self._keeping = False  # the cell running is `keep`'s dump
         self.session = Session(
             key=connection.key, signature_scheme=connection.signature_scheme, username="kernel"
         )
@@ -268,7 +315,14 @@ class BashKernel:
             bash = None
             self.bash = self._dead = None
         if bash is None:
-            bash = BashShell(self.workdir, self.env)
+            init = None
+            if self._restore is not None:  # the first bash only: a later one starts anew
+                init = self.workdir / STATE_FILE
+                init.write_bytes(self._restore)
+                self._restore = None
+            bash = BashShell(self.workdir, self.env, init)
+            if init is not None:
+                bash.xtrace = XTRACE_MARK.encode() in init.read_bytes()
             bash.wait_ready()
             self.bash = bash
             for cutter in self.cutters.values():
@@ -491,6 +545,12 @@ class BashKernel:
         content = msg["content"]
         code = str(content.get("code", ""))
         silent = bool(content.get("silent", False))
+        if silent and code == STOP_REQUEST:  # no reply: the loop ends (`keep`)
+            self.running = False
+            return True
+        if silent and code == KEEP_REQUEST:
+            self._keeping = True
+            code = _DUMP.replace("{file}", shlex.quote(str(self.workdir / STATE_FILE)))
         if not silent:
             self.execution_count += 1
             count = self.execution_count
@@ -514,6 +574,9 @@ class BashKernel:
         if cell is None:
             return
         self.cell = None
+        if self._keeping:
+            self._keeping = False
+            exit_code = self._keep() if exit_code == 0 else exit_code
         now = time.monotonic()
         for name, cutter in self.cutters.items():
             self.output.add(name, cutter.disarm(), now)
@@ -535,6 +598,17 @@ class BashKernel:
             metadata={"exit_code": exit_code},
         )
         self._publish("status", {"execution_state": "idle"}, cell.request)
+
+    def _keep(self) -> int:
+        """`keep`'s dump is written: hold it in memory and mark the kernel (0), or fail (1)."""
+        global _kept_state
+        try:
+            _kept_state = (self.workdir / STATE_FILE).read_bytes()
+        except OSError as exc:
+            log.warning("the shell's state could not be read: %s", exc)
+            return 1
+        snapshot.keep()
+        return 0
 
     def _kernel_info_request(self, sock: Socket, idents: list[bytes], msg: Message) -> bool:
         version = self.bash.version if self.bash is not None else ""
@@ -593,11 +667,20 @@ class BashKernel:
         return True
 
 
-def main(connection_file: str) -> int:
-    kernel = BashKernel(Connection.load(connection_file))
+def main(connection_file: str, restore: bytes | None = None) -> int:
+    kernel = BashKernel(Connection.load(connection_file), restore)
     try:
         kernel.start()
         kernel.serve()
     finally:
         kernel.close()
     return 0
+
+
+def resume(argv: list[str]) -> None:
+    """A continuation of a kept bash kernel (`kernels.snapshot`): a new kernel whose bash
+    starts in the kept shell's state; it serves until it ends, then freezes if kept."""
+    snapshot.listen(resume)  # in its own socket folder, before the gateway takes it
+    main(argv[argv.index("-f") + 1], _kept_state)
+    if snapshot.kept():
+        snapshot.freeze()

@@ -43,7 +43,7 @@ __gw_abort=
 __gw_dbg='[[ -z $__gw_abort ]] || builtin return 130 2>/dev/null ||
   {{ __gw_abort=; builtin trap - DEBUG; builtin set +T; }}'
 trap '__gw_abort=1; builtin set -T; builtin trap "$__gw_dbg" DEBUG' INT
-builtin printf 'ready %s\n' "$BASH_VERSION" >&61
+{init}builtin printf 'ready %s\n' "$BASH_VERSION" >&61
 while :; do
   IFS= builtin read -r -u 60 __gw_marker || {{
     (( $? > 128 )) && continue
@@ -183,7 +183,9 @@ def _inheritable_fds() -> list[int]:
 class BashShell:
     """One bash process; the kernel owns the event loop and reads the fds this exposes."""
 
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str], init: Path | None = None) -> None:
+        """A bash that sources `init` (a kept shell's state: `kernels.bash.kernel`) before
+        it says it is ready, its output and errors discarded."""
         self.cell_path = workdir / CELL_FILE
         self.version = ""
         self.xtrace = False
@@ -193,7 +195,12 @@ class BashShell:
         cmd_r, cmd_w = os.pipe()
         status_r, status_w = os.pipe()
         cmd_r, status_w = _high_fd(cmd_r), _high_fd(status_w)
-        boot = _BOOTSTRAP.format(cmd=cmd_r, status=status_w, cell=shlex.quote(str(self.cell_path)))
+        sourced = (
+            "" if init is None else f"builtin source {shlex.quote(str(init))} >/dev/null 2>&1\n"
+        )
+        boot = _BOOTSTRAP.format(
+            cmd=cmd_r, status=status_w, cell=shlex.quote(str(self.cell_path)), init=sourced
+        )
         try:
             self.output = OrderedPipes()
         except OSError as exc:

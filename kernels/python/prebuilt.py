@@ -36,7 +36,8 @@ from ipykernel.zmqshell import ZMQInteractiveShell
 from IPython.core.application import BaseIPythonApplication
 
 import kernels.python.startup as startup
-from kernels.python import snapshot
+from kernels import snapshot
+from kernels.python.resume import restart
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,7 @@ def launch(argv: list[str]) -> None:
     shell.init_environment()  # what the shell sets in os.environ, replaced since the build
     os.makedirs(app.profile_dir.location, exist_ok=True)  # in this sandbox's own /tmp
     app.profile_dir.check_dirs()
-    snapshot.listen()
+    snapshot.listen(restart)
     initialize_again(app, shell, argv)
     app.start()
     if snapshot.kept():  # its run asked to keep its state: a fork of it is the snapshot now

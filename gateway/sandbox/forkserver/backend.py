@@ -80,7 +80,7 @@ IMAGE_PYTHON = "/opt/venv/bin/python"
 KERNEL_LOG = "kernel.log"
 EXIT_WAIT = 10.0
 CONTINUE_TIMEOUT = 10.0  # for a snapshot to fork a continuation
-SNAPSHOT_SOCKET = "snapshot"  # in a Python kernel's socket folder (kernels/python/snapshot.py)
+SNAPSHOT_SOCKET = "snapshot"  # in a Python kernel's socket folder (kernels/snapshot.py)
 PARENT_WORD_WAIT = 2.0  # after a kernel ended: how long its exit status may take to come
 # the kinds of kernel a warm parent imports; the others are exec'd by a child of `exec`
 IMPORTED = ("ipykernel", "bash")
@@ -112,7 +112,7 @@ class ForkserverBackend(SandboxBackend):
     # before Docker's: its attack suite (tests -m attack) passes as Docker's does
     auto_preference = 5
     isolates_users = True
-    snapshot_languages = frozenset({"python"})
+    snapshot_languages = frozenset({"python", "bash"})
     refill_delay = 0.0  # a kernel is a fork of a warm parent: ~30-60 ms of CPU, no core's second
 
     def __init__(self, config: ForkserverConfig, context: BackendContext) -> None:
@@ -225,8 +225,8 @@ class ForkserverBackend(SandboxBackend):
         return await _prepared(sandbox, with_workspace=True)
 
     async def branch(self, spec: SandboxSpec, source: Sandbox) -> ForkserverSandbox:
-        """A sandbox for a continuation of `source`, a Python kernel kept as a snapshot
-        (`kernels/python/snapshot.py`): the forkserver makes the sandbox with no kernel
+        """A sandbox for a continuation of `source`, a kernel kept as a snapshot
+        (`kernels/snapshot.py`): the forkserver makes the sandbox with no kernel
         in it, whose namespaces a fork of the snapshot's kernel joins (DESIGN decision
         24). It runs as the snapshot's uid (a process keeps its uid), which the snapshot
         holds until it and every branch of it are gone."""

@@ -1,7 +1,10 @@
 """A kept kernel, and the continuations forked from it (issue 32; DESIGN decision 24).
+The same for every kernel that is a Python process (ipykernel: `kernels.python.resume`;
+our bash kernel: `kernels.bash.kernel`); what differs is how each is told to keep its
+state and how a continuation starts it again (the `restart` given to `listen`).
 
-`keep()`, run silently in a kernel after its run, marks it, and `stop()`, the next request,
-stops its loop; `prebuilt.launch` then calls `freeze()`: the run's other processes end,
+`keep()`, run silently in a kernel after its run, marks it, and the next request stops its
+loop; the kernel's launcher then calls `freeze()`: the run's other processes end,
 and a fork of the kernel process (its main thread alone) becomes the snapshot, blocked on
 a socket in its socket folder (`SNAPSHOT_SOCKET`), which only the gateway reaches (through the
 folder's descriptor); the kernel process itself becomes `sleep`.
@@ -9,9 +12,9 @@ folder's descriptor); the kernel process itself becomes `sleep`.
 Each order on that socket forks a continuation. The child (`_continue`) joins the
 branch's cgroups and namespaces the gateway sends (built by the forkserver's parent,
 owned by a user namespace whose owner is the sandbox uid: `kernels/zygote.py`,
-`branch`), drops what that gave it, and forks the kernel process proper, which starts
-ipykernel again around the same shell: the user's variables, imports and execution count
-are the snapshot's; its key, sockets, threads and loop are its own.
+`branch`), drops what that gave it, and forks the kernel process proper, which starts the
+kernel again (`restart`) around the same state: the user's variables, imports and
+execution count are the snapshot's; its key, sockets, threads and loop are its own.
 
 Nothing here is trusted by the gateway: the snapshot ran user code, so this module's code
 in it may have been replaced. What keeps branches apart is what the parent built.
@@ -19,7 +22,6 @@ in it may have been replaced. What keeps branches apart is what the parent built
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import json
@@ -29,6 +31,7 @@ import socket
 import stat
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 SNAPSHOT_SOCKET = "/run/kernel/snapshot"
@@ -49,34 +52,15 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 WORKDIR = "/workspace"
 KERNEL_LOG = "/run/kernel/kernel.log"
 
-# what `IPKernelApp.initialize` makes and refuses to find made already
-APP_OWN = (
-    "context",
-    "heartbeat",
-    "iopub_thread",
-    "control_thread",
-    "shell_channel_thread",
-    "kernel",
-)
-
 _kept = False
 
 
 def keep() -> None:
-    """This kernel is to become a snapshot once its loop stops (`stop`): asked in a request
-    of its own, whose reply goes out as any (a loop stopped in the same request could keep
-    the reply queued)."""
+    """This kernel is to become a snapshot once its loop stops: asked in a request of its
+    own, whose reply goes out as any (a loop stopped in the same request could keep the
+    reply queued)."""
     global _kept
     _kept = True
-
-
-def stop() -> None:
-    """Stop the kernel's loop: `prebuilt.launch` (or `_restart`) then freezes it (`kept`).
-    The gateway asks it after `keep`'s reply, and waits for no reply of its own."""
-    from IPython import get_ipython
-
-    loop = get_ipython().kernel.io_loop
-    loop.add_callback(loop.stop)
 
 
 def kept() -> bool:
@@ -84,13 +68,17 @@ def kept() -> bool:
 
 
 _listener: socket.socket | None = None
+# how a continuation starts the kernel again, in its own process, with the order's argv
+_restart: Callable[[list[str]], None] | None = None
 
 
-def listen() -> None:
+def listen(restart: Callable[[list[str]], None]) -> None:
     """Bind the snapshot's socket, as the kernel starts: the gateway takes the socket folder
     from the kernel once its sockets exist, so nothing can be bound there later (and
-    nothing swapped for what the gateway will connect to)."""
-    global _listener
+    nothing swapped for what the gateway will connect to). `restart` is how a continuation
+    starts the kernel again (it serves until the kernel ends, then freezes if kept)."""
+    global _listener, _restart
+    _restart = restart
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(SNAPSHOT_SOCKET)
     listener.listen(8)
@@ -229,7 +217,8 @@ def _kernel(private: int, working: int) -> None:
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in request["env"].items()})
     argv = [str(a) for a in request["argv"]]
-    sys.argv = ["ipykernel", *argv]
+    if _restart is None:
+        raise RuntimeError("this kernel cannot be started again")
     _restart(argv)
 
 
@@ -277,34 +266,3 @@ def _cover_inherited_descriptors() -> None:
     os.dup2(null, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
-
-
-def _restart(argv: list[str]) -> None:
-    """Start ipykernel again in this process around the snapshot's shell."""
-    from ipykernel import ipkernel, kernelapp
-    from ipykernel.zmqshell import ZMQInteractiveShell
-    from jupyter_client.session import Session
-
-    import kernels.python.startup as startup
-    from kernels.python import prebuilt
-
-    app: Any = kernelapp.IPKernelApp.instance()
-    shell: Any = ZMQInteractiveShell.instance()
-    app.reset_io()
-    # the snapshot's kernel object and comm manager are singletons: the new ones are new
-    ipkernel.IPythonKernel.clear_instance()
-    ipkernel._comm_manager = None
-    for name in APP_OWN:
-        setattr(app, name, None)
-    # a session of its own: the snapshot's drops what it is asked to send from a fork
-    # (`Session.check_pid`), and its id is the snapshot's
-    app.session = Session(parent=app)
-    if "-f" in argv:  # its own connection file (the same path, in its own sandbox, so far)
-        app.connection_file = argv[argv.index("-f") + 1]
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    listen()  # in its own socket folder, before the gateway takes the folder
-    prebuilt.initialize_again(app, shell, argv)
-    startup.attach_kernel(shell)
-    app.start()
-    if kept():  # kept in its turn: a snapshot of a continuation
-        freeze()
