@@ -102,7 +102,8 @@ def test_what_rebuild_refuses(client: Client) -> None:
     status, error = post(client, body)
     assert (status, error["error"]["field"]) == (400, "language"), error
     # without rebuild a language whose kernels are not kept says so
-    status, error = post(client, {"code": "echo 1", "language": "bash", "from": python})
+    body = {"code": "console.log(1)", "language": "javascript", "from": python}
+    status, error = post(client, body)
     assert (status, error["error"]["code"]) == (400, "snapshot_unsupported"), error
 
 

@@ -115,9 +115,9 @@ def test_what_a_replay_with_snapshots_refuses(client: Client) -> None:
     assert answer.status == 400 and answer.json()["error"]["code"] == "conflicting_fields"
     body = {"notebook": notebook(code("1")), "keep": "every"}
     assert client.request("POST", "/v1/notebooks/run", body).status == 400
-    body = {"notebook": notebook(code("echo 1")), "keep": "cells"}
+    body = {"notebook": notebook(code("console.log(1)")), "keep": "cells"}
     body["notebook"]["metadata"] = {
-        "kernelspec": {"name": "bash", "language": "bash", "display_name": "Bash"}
+        "kernelspec": {"name": "deno", "language": "typescript", "display_name": "Deno"}
     }
     answer = client.request("POST", "/v1/notebooks/run", body)
     assert answer.status == 400 and answer.json()["error"]["code"] == "snapshot_unsupported"

@@ -202,7 +202,7 @@ def build_server(
             Field(
                 description=(
                     "keep the final state (variables, imports, files) so that a later call "
-                    "can continue from it: the answer names a snapshot id (Python only)"
+                    "can continue from it: the answer names a snapshot id (Python and bash)"
                 )
             ),
         ] = False,

@@ -258,7 +258,7 @@ class RunBody(Body):
         None,
         description=(
             "keep the kernel's final state as a snapshot (the record's `snapshot`), for later "
-            "runs to start from with `from`; Python on the forkserver backend (else 400 "
+            "runs to start from with `from`; Python and bash on the forkserver backend (else 400 "
             "snapshot_unsupported); not with `network` or `working_dir` (400)"
         ),
     )
