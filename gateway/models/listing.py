@@ -36,6 +36,13 @@ class RunSummary(Answer):
         f"{FIRST_LINE_CHARS} characters; for an `entrypoint`, the command that ran it"
     )
     exit_code: int | None
+    continued_from: str | None = Field(
+        None,
+        description=(
+            "the snapshot it started from (`from`), whose id names the run that kept it "
+            "(`snap_<hex of that run's id>_...`): a front end shows a chain as one notebook"
+        ),
+    )
 
 
 class RunList(Answer):
@@ -71,4 +78,5 @@ def summary_json(fields: dict[str, Any]) -> dict[str, Any]:
         "finished_at": fields.get("finished_at"),
         "first_line": first_line(str(fields.get("code") or "")),
         "exit_code": fields.get("exit_code"),
+        "continued_from": fields.get("continued_from"),
     }

@@ -83,6 +83,7 @@ def summary(record: RunRecord) -> str:
         "finished_at": record.finished_at,
         "code": record.code,
         "exit_code": record.exit_code,
+        "continued_from": record.continued_from,
     }
     return json.dumps(summary_json(fields), separators=_SEPARATORS)
 

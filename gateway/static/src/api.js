@@ -15,11 +15,11 @@ export class Api {
     this.token = token;
   }
 
-  async request(path) {
+  async request(path, method = "GET") {
     const token = this.token();
     let response;
     try {
-      response = await fetch(path, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+      response = await fetch(path, { method, headers: token ? { Authorization: `Bearer ${token}` } : {} });
     } catch (err) {
       throw new ApiError(0, "unreachable", `The gateway did not answer (${err.message}).`);
     }
@@ -60,5 +60,14 @@ export class Api {
   /** The run as an nbformat notebook (parsed). */
   getNotebook(id) {
     return this.json(`/v1/runs/${encodeURIComponent(id)}/notebook`);
+  }
+
+  /** `DELETE /v1/snapshots/{id}`; one that is gone already is no failure. */
+  async deleteSnapshot(id) {
+    try {
+      await this.request(`/v1/snapshots/${encodeURIComponent(id)}`, "DELETE");
+    } catch (err) {
+      if (![404, 410].includes(err.status)) throw err;
+    }
   }
 }

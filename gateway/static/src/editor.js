@@ -1,5 +1,6 @@
 // The code editor: CodeMirror 6 with Python, JavaScript/TypeScript, shell and R modes, bracket
-// matching and closing, indentation, search, completion, and Ctrl+Enter (Cmd+Enter) to run.
+// matching and closing, indentation, search, completion, and Ctrl+Enter (Cmd+Enter) to run
+// (a notebook's cell also Shift+Enter: run and go on to the next cell, as in JupyterLab).
 // Under the page's CSP (no inline style), CodeMirror's one <style> element carries the nonce
 // the gateway put in this page's policy and in <meta name="style-nonce">; its other inline
 // styles are set through the CSSOM, which the CSP does not govern.
@@ -47,7 +48,8 @@ function leaveWithTab(view) {
  * A CodeMirror editor in `parent`.
  * @param {HTMLElement} parent
  * @param {{doc?: string, language?: string, label: string, onRun?: () => void,
- *          onChange?: (text: string) => void, lineNumbers?: boolean, minLines?: number}} options
+ *          onRunNext?: () => void, onChange?: (text: string) => void, lineNumbers?: boolean,
+ *          minLines?: number}} options
  */
 export function createEditor(parent, options) {
   const language = new Compartment();
@@ -55,6 +57,12 @@ export function createEditor(parent, options) {
     options.onRun?.();
     return true; // a run key never falls through to the editor (no new line)
   };
+  const runNext = () => {
+    options.onRunNext?.();
+    return true;
+  };
+  const runKeys = [{ key: "Mod-Enter", run }, { key: "Escape", run: leaveWithTab }];
+  if (options.onRunNext) runKeys.push({ key: "Shift-Enter", run: runNext });
   const extensions = [
     options.lineNumbers === false ? [] : [lineNumbers(), highlightActiveLineGutter()],
     history(),
@@ -67,7 +75,7 @@ export function createEditor(parent, options) {
     highlightSelectionMatches(),
     search({ top: true }),
     syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
-    Prec.highest(keymap.of([{ key: "Mod-Enter", run }, { key: "Escape", run: leaveWithTab }])),
+    Prec.highest(keymap.of(runKeys)),
     keymap.of([
       ...closeBracketsKeymap,
       ...defaultKeymap,

@@ -1,5 +1,7 @@
 // The side list of the caller's runs (`GET /v1/runs`, newest first, a page at a time): each a
-// button that opens the run again. It is the gateway's list, so it survives a reload.
+// button that opens the run again. It is the gateway's list, so it survives a reload. Runs
+// that continued one another (`continued_from`: a snapshot's id names the run that kept it)
+// are one item, a chain, shown at its newest run and opened as one notebook.
 import { el } from "./dom.js";
 import { formatWhen } from "./format.js";
 
@@ -37,7 +39,7 @@ export class History {
     try {
       const page = await this.api.listRuns({ cursor, limit: PAGE });
       if (mine !== this.loading) return; // a newer load replaced this one
-      const items = (page.runs || []).map((summary) => this.item(summary));
+      const items = chains(page.runs || []).map((members) => this.item(members));
       // A keyboard user on an item keeps the focus on it when the list is read again.
       const focused = this.parts.list.contains(document.activeElement) ? document.activeElement.dataset.runId : null;
       if (cursor) this.parts.list.append(...items);
@@ -57,20 +59,25 @@ export class History {
     this.parts.message.hidden = !text;
   }
 
-  item(summary) {
+  /** An item for a run, or for a chain of runs (`members`, the oldest first). */
+  item(members) {
+    const summary = members.at(-1); // the newest: its status and time
+    const root = members[0]; // the first: its code names the chain
     const status = String(summary.status || "");
-    const kind = summary.kind === "notebook" ? "notebook" : String(summary.language || "");
-    const firstLine = summary.first_line || (summary.kind === "notebook" ? "(notebook)" : "(no code)");
+    const kind = root.kind === "notebook" ? "notebook" : String(root.language || "");
+    const firstLine = root.first_line || (root.kind === "notebook" ? "(notebook)" : "(no code)");
     const when = formatWhen(summary.created_at || summary.started_at);
+    const runs = members.length > 1 ? `${members.length} runs` : "";
     const button = el(
       "button",
       { type: "button", class: "history-item", "aria-current": summary.id === this.current ? "true" : null },
       el("span", { class: "history-status", dataset: { status }, "aria-hidden": "true" }),
       el("span", { class: "history-code" }, firstLine),
-      el("span", { class: "history-meta" }, [kind, status.replace("_", " "), when].filter(Boolean).join(" · ")),
+      el("span", { class: "history-meta" }, [kind, runs, status.replace("_", " "), when].filter(Boolean).join(" · ")),
     );
     button.dataset.runId = summary.id; // its name is its text: the code's first line, then kind, status, time
-    button.addEventListener("click", () => this.onOpen(summary));
+    button.dataset.runs = members.map((m) => m.id).join(" ");
+    button.addEventListener("click", () => this.onOpen(summary, members));
     return el("li", {}, button);
   }
 
@@ -78,8 +85,39 @@ export class History {
   mark(id) {
     this.current = id;
     for (const button of this.parts.list.querySelectorAll(".history-item")) {
-      if (button.dataset.runId === id) button.setAttribute("aria-current", "true");
+      if (button.dataset.runs.split(" ").includes(id)) button.setAttribute("aria-current", "true");
       else button.removeAttribute("aria-current");
     }
   }
+}
+
+/** The run a snapshot id names (`snap_<hex of the run's id>_...`), or null. */
+export function runOfSnapshot(snapshotId) {
+  const found = /^snap_([0-9a-f]{20})_/.exec(String(snapshotId || ""));
+  return found ? `run_${found[1]}` : null;
+}
+
+/**
+ * The runs of a page as items, newest first: a run that continued another of the page joins
+ * its chain (each chain's members oldest first), shown where its newest run is.
+ */
+function chains(runs) {
+  const byId = new Map(runs.map((summary) => [summary.id, summary]));
+  const rootOf = (summary) => {
+    const seen = new Set();
+    let at = summary;
+    for (;;) {
+      const parent = byId.get(runOfSnapshot(at.continued_from));
+      if (!parent || seen.has(parent.id)) return at.id;
+      seen.add(at.id);
+      at = parent;
+    }
+  };
+  const groups = new Map();
+  for (const summary of runs) {
+    const root = rootOf(summary);
+    if (!groups.has(root)) groups.set(root, []);
+    groups.get(root).push(summary);
+  }
+  return [...groups.values()].map((members) => members.reverse());
 }

@@ -72,7 +72,7 @@ const files = new FileStage(renderFiles);
 const history = new History(
   { list: byId("history-list"), more: byId("history-more"), message: byId("history-message"), refresh: byId("history-refresh") },
   api,
-  (summary) => openRun(summary),
+  (summary, members) => (members && members.length > 1 ? openChain(members) : openRun(summary)),
 );
 
 const app = {
@@ -113,6 +113,54 @@ async function openRun(summary) {
     announcer.say(`Opened run ${record.id}: ${record.status.replace("_", " ")}.`);
   } catch (err) {
     app.showMessage(`The run could not be opened: ${err.message}`);
+  }
+}
+
+/**
+ * A chain of runs from the history (`members`, the oldest first) as one notebook: the first
+ * run's, each later run's cells put in place of those of the same id (or added), and the
+ * state each cell's last run kept, for its cells to go on from.
+ */
+async function openChain(members) {
+  if (code.busy || notebook.busy) {
+    app.showMessage("Wait for the run in progress to end (or cancel it) before opening another.");
+    return;
+  }
+  try {
+    const loaded = await Promise.all(members.map(async (summary) => {
+      const [record, nb] = await Promise.all([api.getRun(summary.id), api.getNotebook(summary.id)]);
+      return { record, nb };
+    }));
+    let composed = null;
+    const states = new Map();
+    for (const { record, nb } of loaded) {
+      if (!composed) {
+        composed = { ...nb, cells: [...nb.cells] };
+      } else {
+        let first = composed.cells.length;
+        for (const cell of nb.cells) {
+          const at = cell.id ? composed.cells.findIndex((c) => c.id === cell.id) : -1;
+          if (at >= 0) composed.cells[at] = cell;
+          else if (cell.cell_type === "code") composed.cells.push(cell);
+          first = Math.min(first, at >= 0 ? at : composed.cells.length - 1);
+        }
+        // the cells after the first this run ran hold states of the chain before it
+        for (const cell of composed.cells.slice(first)) states.delete(cell.id);
+      }
+      const kept = [...(record.snapshots || [])];
+      if (!kept.length && record.snapshot) kept.push(record.snapshot);
+      for (const state of kept) {
+        const cell = state.cell === null ? nb.cells.find((c) => c.cell_type === "code") : nb.cells[state.cell];
+        if (cell?.id && !state.gone) states.set(cell.id, state.id);
+      }
+    }
+    const last = loaded.at(-1).record;
+    history.mark(last.id);
+    notebook.open(composed, `${members[0].id}.ipynb`, { executedBy: last, states });
+    tabs.select("notebook");
+    announcer.say(`Opened a chain of ${members.length} runs as one notebook: ${last.status.replace("_", " ")}.`);
+  } catch (err) {
+    app.showMessage(`The runs could not be opened: ${err.message}`);
   }
 }
 

@@ -1,6 +1,15 @@
-// The Notebook view: a notebook opened from a file (or a notebook run from the history), Run
-// all over the WebSocket with each cell's outputs, status and time as they come, Cancel, and
-// the executed notebook to download.
+// The Notebook view: a notebook opened from a file (or a notebook run from the history), run
+// as JupyterLab runs one: a cell at a time (Shift+Enter runs it and goes on to the next,
+// Ctrl+Enter runs it and stays), or all of it (Run all), over the WebSocket, with each cell's
+// outputs, status and time as they come; Cancel; Restart; the executed notebook to download.
+//
+// No kernel outlives its run here: a cell runs in a continuation of the state the cell
+// before it left (a snapshot, docs/API.md "Snapshots"), kept after each cell that runs
+// (`keep: "cells"`). A cell whose code is edited, and every cell after it, no longer hold a
+// state; running a cell first runs the cells between it and the nearest one before it that
+// holds one. Restart forgets every state: the next cell runs from nothing. Where the gateway
+// cannot keep states (its backend or the notebook's language), a cell runs with every cell
+// before it, as a replay of them.
 import { byId, byIds, el, saveBlob } from "./dom.js";
 import { formatDuration } from "./format.js";
 import { chartsOf, fromBundle } from "./gallery.js";
@@ -17,29 +26,43 @@ export class NotebookPanel extends RunPanel {
       title: byId("notebook-title"),
       meta: byId("notebook-meta"),
       ...byIds(["dropZone", "runAll"]),
-      ...byIds(["cancel", "download", "progress", "message", "notes", "timeout", "cellTimeout", "allowErrors"], "nb-"),
+      ...byIds(["cancel", "restart", "download", "progress", "message", "notes", "timeout", "cellTimeout", "allowErrors"], "nb-"),
     };
     this.status = new StatusBar({ status: byId("nb-status"), duration: byId("nb-duration") });
     this.view = new NotebookView(byId("cells"), {
       onImage: (data, meta) => app.gallery.add(fromBundle(data, meta)),
-      onRun: () => this.runAll(),
+      onRunCell: (cell, advance) => this.runCell(cell, advance),
+      onEdit: (cell) => this.edited(cell),
     });
     this.name = null;
-    this.executed = null; // the executed notebook of the last replay: {nb, runId}
+    this.executed = null; // the executed notebook as shown: {nb, runId}
+    this.keeps = true; // whether this gateway keeps states (false once it said it cannot)
+    this.count = 0; // the execution count of the last cell run since the last Restart
+    this.queue = []; // cells asked to run while another run goes on, in order
+    this.deleted = new Set(); // snapshots this page let go of (never asked twice, never held again)
     this.ui.runAll.addEventListener("click", () => this.runAll());
     this.ui.cancel.addEventListener("click", () => this.cancel());
+    this.ui.restart.addEventListener("click", () => this.restart());
     this.ui.download.addEventListener("click", () => this.download());
     this.status.set("idle");
   }
 
   setBusy(busy) {
     this.ui.runAll.disabled = busy || !this.view.nb;
+    this.ui.restart.disabled = busy || !this.view.nb;
     this.ui.cancel.disabled = !busy;
   }
 
-  /** Show a notebook (opened, or a run's from the history) and make it the one Run all runs. */
-  open(nb, name, { executedBy = null } = {}) {
+  /**
+   * Show a notebook (opened, or a run's from the history) and make it the one that runs.
+   * `states` (cell id -> snapshot id): the states its cells hold (a chain from the history);
+   * else those `executedBy`, the run it shows, kept.
+   */
+  open(nb, name, { executedBy = null, states = null } = {}) {
     if (this.current) return false;
+    this.forget(this.view.forgetAll());
+    this.queue = [];
+    this.count = 0;
     this.name = name;
     this.executed = executedBy ? { nb, runId: executedBy.id } : null;
     const language = notebookLanguage(nb);
@@ -63,26 +86,106 @@ export class NotebookPanel extends RunPanel {
       this.status.set("idle");
     }
     this.app.gallery.show(chartsOf(nb.cells.flatMap((cell) => cell.outputs || []), executedBy?.charts), baseName(name));
+    // the states a run from the history kept, for its cells to go on from
+    for (const cell of this.view.codeCells) {
+      if (states) cell.snapshot = this.holdable(states.get(cell.cell.id));
+    }
+    for (const kept of states ? [] : executedBy?.snapshots || []) {
+      const cell = this.view.cells[kept.cell];
+      if (cell && !kept.gone) cell.snapshot = this.holdable(kept.id);
+    }
+    this.count = Math.max(0, ...this.view.codeCells.map((c) => Number(c.cell.execution_count) || 0));
     this.setBusy(false);
     this.app.announcer.say(`Opened ${name}: ${counts}.`);
     return true;
   }
 
-  async runAll() {
+  /** Every cell, from nothing (a fresh kernel), each cell's state kept for the next. */
+  runAll() {
     if (this.current || !this.view.nb) return;
+    this.queue = [];
+    this.forget(this.view.forgetAll());
+    this.count = 0;
+    this.start({ cells: this.view.codeCells, from: null, all: true });
+  }
+
+  /** Run one cell (Shift+Enter: and go on to the next one, as JupyterLab does). */
+  runCell(cell, advance) {
+    if (!this.view.nb) return;
+    if (advance) this.view.nextCode(cell)?.editor.focus();
+    if (this.current) {
+      if (!this.queue.includes(cell)) {
+        this.queue.push(cell);
+        cell.setStatus("queued");
+      }
+      return;
+    }
+    this.runQueued(cell);
+  }
+
+  runQueued(cell) {
+    if (!this.keeps) {
+      // Nothing is kept: the cell runs with every cell before it, from nothing.
+      const cells = this.view.codeCells.filter((c) => c.index <= cell.index);
+      this.start({ cells, from: null, all: false });
+      return;
+    }
+    const { from, cells } = this.view.chainTo(cell);
+    this.forget(this.view.forgetFrom(cells[0]));
+    if (!from) this.count = 0; // from nothing: a new kernel counts from 1
+    this.start({ cells, from, all: false });
+  }
+
+  /** An edited cell no longer holds the state its code left, nor do the cells after it. */
+  edited(cell) {
+    if (cell.snapshot) this.forget(this.view.forgetFrom(cell));
+  }
+
+  /** Forget every state: the next cell runs from nothing. */
+  restart() {
+    if (this.current || !this.view.nb) return;
+    this.forget(this.view.forgetAll());
+    this.count = 0;
+    this.ui.progress.textContent = "";
+    this.app.announcer.say("Restarted: the next cell runs from nothing.");
+  }
+
+  /** Let the gateway free snapshots no cell holds any more. */
+  forget(ids) {
+    for (const id of ids) {
+      if (this.deleted.has(id)) continue;
+      this.deleted.add(id);
+      this.app.api.deleteSnapshot(id).catch(() => {});
+    }
+  }
+
+  /** A state a cell may hold: not one this page let go of. */
+  holdable(id) {
+    return id && !this.deleted.has(id) ? id : null;
+  }
+
+  async start({ cells, from, all }) {
     if (!this.app.auth.ready()) return;
-    const notebook = this.view.toNotebook();
-    const codeCells = this.view.codeCells.length;
-    this.view.begin();
+    const notebook = all ? this.view.toNotebook() : this.view.notebookOf(cells);
+    // where each cell of what is sent is in the notebook on show
+    const positions = all ? null : cells.map((cell) => cell.index);
+    this.view.begin(cells);
     this.showMessage("");
     this.ui.notes.replaceChildren();
-    this.ui.download.hidden = true;
-    this.executed = null;
-    this.app.gallery.clear(baseName(this.name));
+    if (all) {
+      this.ui.download.hidden = true;
+      this.executed = null;
+      this.app.gallery.clear(baseName(this.name));
+    }
     this.status.set("starting");
     this.setBusy(true);
-    const mine = (this.current = { ref: null, id: null, started: performance.now(), dropped: 0, ran: 0, codeCells });
-    this.app.announcer.say(`Replaying ${this.name}: ${codeCells} code cells.`);
+    const mine = (this.current = {
+      ref: null, id: null, started: performance.now(), dropped: 0, ran: 0,
+      codeCells: cells.length, cells, positions, all, from,
+      sources: cells.map((cell) => cell.editor.text), // a cell edited meanwhile keeps no state
+    });
+    const what = all ? `Replaying ${this.name}: ${cells.length} code cells` : `Running cell ${cells.at(-1).index + 1} of ${this.name}`;
+    this.app.announcer.say(`${what}.`);
     try {
       const fields = {
         notebook,
@@ -90,20 +193,43 @@ export class NotebookPanel extends RunPanel {
         cell_timeout: Number(this.ui.cellTimeout.value) || 120,
         allow_errors: this.ui.allowErrors.checked,
       };
+      if (this.keeps) fields.keep = "cells";
+      // a state that went (its TTL, its owner's limits) is rebuilt from its chain's code
+      if (from) Object.assign(fields, { from, rebuild: true });
       const files = await this.app.files.payload();
       if (files.length) fields.files = files;
       mine.ref = await this.app.client.notebook(fields, {
         accepted: (event) => this.accepted(mine, event),
         cell_started: (event) => this.cellStarted(mine, event),
-        output: (event) => mine === this.current && this.view.output(event),
+        output: (event) => mine === this.current && this.view.output(this.located(mine, event)),
         cell_finished: (event) => this.cellFinished(mine, event),
         output_dropped: (event) => { mine.dropped += event.dropped || 1; },
         done: (event) => this.done(mine, event),
         ...this.endings(mine),
+        error: (event) => this.refused(mine, event),
       });
     } catch (err) {
       this.failed(mine, err.message);
     }
+  }
+
+  /** An event of `run` with its cell's index in the notebook on show. */
+  located(run, event) {
+    if (!run.positions || typeof event.index !== "number") return event;
+    return { ...event, index: run.positions[event.index] ?? -1 };
+  }
+
+  refused(run, event) {
+    if (event.error?.code === "snapshot_unsupported" && this.keeps && run === this.current) {
+      // This gateway keeps no states: the same run without them.
+      this.keeps = false;
+      this.current = null;
+      this.setBusy(false);
+      if (run.all) this.runAll();
+      else this.runQueued(run.cells.at(-1));
+      return;
+    }
+    this.failed(run, event.error?.message || "The replay was refused.");
   }
 
   accepted(run, event) {
@@ -116,15 +242,18 @@ export class NotebookPanel extends RunPanel {
   cellStarted(run, event) {
     if (run !== this.current) return;
     run.ran += 1;
-    this.view.cellStarted(event);
-    this.ui.progress.textContent = `cell ${event.index + 1} · ${run.ran} of ${run.codeCells} code cells`;
+    const located = this.located(run, event);
+    this.view.cellStarted(located);
+    this.ui.progress.textContent = `cell ${located.index + 1} · ${run.ran} of ${run.codeCells} code cells`;
   }
 
   cellFinished(run, event) {
     if (run !== this.current) return;
-    const cell = this.view.cellFinished(event);
+    this.count += 1;
+    const located = this.located(run, event);
+    const cell = this.view.cellFinished(located, this.count);
     const how = event.status === "ok" ? "finished" : `ended: ${event.status.replace("_", " ")}`;
-    this.app.announcer.say(`Cell ${event.index + 1} ${how}, ${formatDuration(event.duration_ms)}.`);
+    this.app.announcer.say(`Cell ${located.index + 1} ${how}, ${formatDuration(event.duration_ms)}.`);
     if (cell && event.status !== "ok") cell.node.scrollIntoView({ block: "nearest" });
   }
 
@@ -143,20 +272,51 @@ export class NotebookPanel extends RunPanel {
     }
     this.current = null;
     this.setBusy(false);
-    this.view.finish(executed, { replaceOutputs: run.dropped > 0 });
+    this.view.finish(executed, { replaceOutputs: run.dropped > 0, positions: run.positions });
+    // each cell that ran holds the state it left, for the next cell to run from
+    for (const kept of record.snapshots || []) {
+      const cell = this.view.cells[run.positions ? run.positions[kept.cell] : kept.cell];
+      const which = cell ? run.cells.indexOf(cell) : -1;
+      if (which >= 0 && !kept.gone && cell.editor.text === run.sources[which]) cell.snapshot = kept.id;
+      else this.forget([kept.id]);
+    }
+    if (run.from && record.continued_by === "replay") {
+      this.ui.notes.append(el("li", {}, "The state before this cell had gone: the cells before it were run again to make it."));
+    }
     this.status.set(record.status, { ms: record.usage?.wall_ms });
     this.ui.progress.textContent = `${run.ran} of ${run.codeCells} code cells ran`;
-    this.ui.notes.replaceChildren(...(record.notes || []).map((note) => el("li", {}, note)));
-    this.executed = executed ? { nb: executed, runId: record.id } : null;
+    this.ui.notes.append(...(record.notes || []).map((note) => el("li", {}, note)));
+    this.executed = this.merged(run, executed, record.id);
     this.ui.download.hidden = !this.executed;
-    const outputs = (executed?.cells || []).flatMap((cell) => cell.outputs || []);
-    this.app.gallery.show(chartsOf(outputs, record.charts), baseName(this.name));
-    this.app.announcer.say(`Replay ${record.status.replace("_", " ")}: ${run.ran} of ${run.codeCells} code cells ran, in ${formatDuration(record.usage?.wall_ms)}.`);
+    const outputs = (this.executed?.nb.cells || []).flatMap((cell) => cell.outputs || []);
+    this.app.gallery.show(chartsOf(outputs, run.all ? record.charts : null), baseName(this.name));
+    this.app.announcer.say(`${run.all ? "Replay" : "Run"} ${record.status.replace("_", " ")}: ${run.ran} of ${run.codeCells} code cells ran, in ${formatDuration(record.usage?.wall_ms)}.`);
     this.recorded(record);
+    const next = this.queue.shift();
+    if (next) this.runQueued(next);
+  }
+
+  /** The executed notebook as shown: a run of some cells puts them into the last one. */
+  merged(run, executed, runId) {
+    if (!executed) return run.all ? null : this.executed;
+    if (run.all) return { nb: executed, runId };
+    const base = this.executed?.nb || this.view.toNotebook();
+    const cells = [...base.cells];
+    executed.cells.forEach((done, index) => {
+      const position = run.positions[index];
+      const shown = this.view.cells[position];
+      if (position === undefined || !shown) return;
+      const count = shown.prompt.textContent.replace(/[[\]\s]/g, "");
+      cells[position] = { ...done, execution_count: count ? Number(count) : null };
+    });
+    return { nb: { ...base, cells }, runId };
   }
 
   failed(run, message) {
-    if (run === this.current) this.view.finish(null); // the cells that were to run: not run
+    if (run === this.current) {
+      this.view.finish(null); // the cells that were to run: not run
+      this.queue = [];
+    }
     super.failed(run, message);
   }
 

@@ -1,6 +1,7 @@
 // A notebook on the page: its cells in order (code in editors, markdown rendered and cleaned,
-// raw as text), each code cell with its outputs, its status and its time; and the replay's
-// events applied to the cell they name.
+// raw as text), each code cell with its outputs, its status and its time, and the state it
+// left (a snapshot, for the next cell to run from); and the replay's events applied to the
+// cell they name.
 import { el } from "./dom.js";
 import { createEditor } from "./editor.js";
 import { formatDuration } from "./format.js";
@@ -21,10 +22,13 @@ const STATUS_TEXT = {
   not_run: "not run",
 };
 
+const RUN_SYMBOL = "\u25B6"; // ▶
+
 class CodeCell {
-  constructor(cell, index, number, { language, onImage, onRun }) {
+  constructor(cell, index, number, { language, onImage, onRunCell, onEdit }) {
     this.cell = cell;
     this.index = index;
+    this.snapshot = null; // the state this cell left, while its code and the cells before are as run
     this.status = "idle";
     this.started = 0;
     this.timer = null;
@@ -32,11 +36,17 @@ class CodeCell {
     this.statusBadge = el("span", { class: "cell-status", dataset: { status: "idle" } });
     this.time = el("span", { class: "cell-time" });
     const editorHost = el("div", { class: "cell-editor" });
+    const runButton = el(
+      "button",
+      { type: "button", class: "small cell-run", "aria-label": `Run cell ${number}`, title: "Run this cell (Shift+Enter, Ctrl+Enter)" },
+      RUN_SYMBOL,
+    );
+    runButton.addEventListener("click", () => onRunCell(this, false));
     this.outputs = el("div", { class: "outputs cell-outputs", role: "region", "aria-label": `Output of cell ${number}` });
     this.node = el(
       "li",
       { class: "cell code-cell", "aria-label": `Cell ${number}, code` },
-      el("div", { class: "cell-head" }, this.prompt, this.statusBadge, this.time, idLabel(cell)),
+      el("div", { class: "cell-head" }, runButton, this.prompt, this.statusBadge, this.time, idLabel(cell)),
       editorHost,
       this.outputs,
     );
@@ -45,7 +55,9 @@ class CodeCell {
       doc: joinText(cell.source),
       language,
       label: `Code of cell ${number}`,
-      onRun,
+      onRun: () => onRunCell(this, false),
+      onRunNext: () => onRunCell(this, true),
+      onChange: () => onEdit(this),
       lineNumbers: false,
     });
     this.view = new OutputView(this.outputs, { onImage });
@@ -72,6 +84,10 @@ class CodeCell {
   clearOutputs() {
     this.view.clear();
     this.prompt.textContent = promptText(null);
+  }
+
+  setPrompt(count) {
+    this.prompt.textContent = promptText(count);
   }
 
   /** The cell as it is to be sent: the source as edited, no outputs. */
@@ -107,7 +123,9 @@ function rawCell(cell, number) {
 export class NotebookView {
   /**
    * @param {HTMLElement} container  an <ol> for the cells
-   * @param {{onImage: (data: object, metadata: object) => void, onRun: () => void}} hooks
+   * @param {{onImage: (data: object, metadata: object) => void,
+   *          onRunCell: (cell: CodeCell, advance: boolean) => void,
+   *          onEdit: (cell: CodeCell) => void}} hooks
    */
   constructor(container, hooks) {
     this.container = container;
@@ -127,7 +145,7 @@ export class NotebookView {
     const nodes = nb.cells.map((cell, index) => {
       const number = index + 1;
       if (cell.cell_type === "code") {
-        const code = new CodeCell(cell, index, number, { language, onImage: this.hooks.onImage, onRun: this.hooks.onRun });
+        const code = new CodeCell(cell, index, number, { language, ...this.hooks });
         this.cells.push(code);
         return code.node;
       }
@@ -142,9 +160,49 @@ export class NotebookView {
     return { ...this.nb, cells: this.nb.cells.map((cell, i) => (this.cells[i] ? this.cells[i].toCell() : cell)) };
   }
 
-  /** A replay begins: outputs cleared, every code cell queued. */
-  begin() {
-    for (const cell of this.codeCells) {
+  /** The notebook of some of its code cells only (for a run of those), with its metadata. */
+  notebookOf(cells) {
+    return { ...this.nb, cells: cells.map((cell) => cell.toCell()) };
+  }
+
+  /**
+   * What a run of `cell` needs (the cell itself last): the code cells after the nearest one
+   * before it that holds its state, and that one's snapshot (null: from nothing).
+   */
+  chainTo(cell) {
+    const before = this.codeCells.filter((c) => c.index < cell.index);
+    let start = before.length;
+    while (start > 0 && !before[start - 1].snapshot) start -= 1;
+    const from = start > 0 ? before[start - 1].snapshot : null;
+    return { from, cells: [...before.slice(start), cell] };
+  }
+
+  /** The code cell after `cell`, if any. */
+  nextCode(cell) {
+    return this.codeCells.find((c) => c.index > cell.index) || null;
+  }
+
+  /** `cell` and the cells after it no longer hold their states; the snapshots they held. */
+  forgetFrom(cell) {
+    const dropped = [];
+    for (const c of this.codeCells) {
+      if (c.index >= cell.index && c.snapshot) {
+        dropped.push(c.snapshot);
+        c.snapshot = null;
+      }
+    }
+    return dropped;
+  }
+
+  /** Every snapshot the cells hold, taken from them (a Restart, another notebook). */
+  forgetAll() {
+    const first = this.codeCells[0];
+    return first ? this.forgetFrom(first) : [];
+  }
+
+  /** A replay of `cells` (default: every code cell) begins: their outputs cleared, queued. */
+  begin(cells = this.codeCells) {
+    for (const cell of cells) {
       cell.clearOutputs();
       cell.setStatus("queued");
     }
@@ -167,10 +225,10 @@ export class NotebookView {
     this.cellFor(event.index)?.view.add(event.output, event.display_id, event.update);
   }
 
-  cellFinished(event) {
+  cellFinished(event, count = event.execution_count) {
     const cell = this.cellFor(event.index, event.cell_id);
     if (!cell) return null;
-    cell.prompt.textContent = promptText(event.execution_count);
+    cell.setPrompt(count);
     cell.setStatus(event.status, event.duration_ms);
     return cell;
   }
@@ -179,17 +237,16 @@ export class NotebookView {
    * The replay ended: cells that never ran say so, and when the executed notebook is at
    * hand and live events were dropped, its outputs replace what was shown.
    */
-  finish(executed, { replaceOutputs = false } = {}) {
+  finish(executed, { replaceOutputs = false, positions = null } = {}) {
     for (const cell of this.codeCells) {
       if (cell.status === "queued") cell.setStatus("not_run");
       else if (cell.status === "running") cell.setStatus("cancelled");
     }
     if (!executed || !replaceOutputs) return;
     executed.cells.forEach((done, index) => {
-      const cell = this.cells[index];
+      const cell = this.cells[positions ? positions[index] : index];
       if (!cell || done.cell_type !== "code") return;
       cell.view.showAll(done.outputs || []);
-      cell.prompt.textContent = promptText(done.execution_count);
     });
   }
 }
