@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import random
@@ -207,6 +208,11 @@ def _kernel(private: int, working: int) -> None:
     session, output, environment and sockets."""
     global _kept
     _kept = False  # the snapshot's was True: this kernel is kept only if asked again
+    # Every object of the snapshot is never collected here: the old kernel's sockets, which
+    # the restart lets go of, are cycles a later collection would end, and ending a zmq
+    # socket whose descriptors are /dev/null now aborts the process (libzmq's signaler); nor
+    # does a collection walk, and so copy, the snapshot's pages
+    gc.freeze()
     os.setsid()
     with os.fdopen(os.dup(private), "rb") as source:
         request: dict[str, Any] = json.loads(source.read())

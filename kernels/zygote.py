@@ -50,6 +50,7 @@ import gc
 import json
 import os
 import random
+import select
 import selectors
 import signal
 import socket
@@ -683,15 +684,23 @@ def _branch_namespaces(
     return os.waitstatus_to_exitcode(status)
 
 
+# A branch's kernel that ended, as its pid 1 sees it: not its child (its parent, the
+# snapshot's fork, was in the snapshot's PID namespace, whose pid 1 it went to), so its
+# status is not known here
+BRANCH_KERNEL_GONE = 255
+
+
 def _reaper(ready: int) -> int:
     """Pid 1 of a branch: its /proc and masks, then reap orphans until pid 2 (the
-    continuation's kernel, the first process to join) ends; end with its status."""
+    continuation's kernel, the first process to join) ends; end with its status, or
+    `BRANCH_KERNEL_GONE` (its pidfd says when it ends: it is not this process's child)."""
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _docker_masks()
     _drop_all_capabilities()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     os.write(ready, b"1")
     os.close(ready)
+    kernel: int | None = None  # pid 2's pidfd, once it has joined
     while True:
         while True:
             try:
@@ -704,7 +713,13 @@ def _reaper(ready: int) -> int:
                 if os.WIFSIGNALED(status):
                     return 128 + os.WTERMSIG(status)
                 return os.waitstatus_to_exitcode(status)
-        signal.sigtimedwait({signal.SIGCHLD}, 1.0)  # an orphan's end, or pid 2's
+        if kernel is None:
+            with contextlib.suppress(ProcessLookupError):
+                kernel = os.pidfd_open(2)
+        if kernel is None:
+            signal.sigtimedwait({signal.SIGCHLD}, 0.05)  # until the continuation joins
+        elif select.select([kernel], [], [], 0.2)[0]:  # an orphan's end is reaped meanwhile
+            return BRANCH_KERNEL_GONE
 
 
 def _drop_all_capabilities() -> None:

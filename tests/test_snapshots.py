@@ -480,3 +480,38 @@ def test_a_bash_kernels_state_is_carried(alice: Client) -> None:
     # a snapshot is of one language's kernel
     status, _, message = error_of(alice, {"code": "print(x)", "from": snapshot})
     assert status == 400 and "bash kernel" in message
+
+
+LARGE_PLOT = """\
+import matplotlib.pyplot as plt
+from mpl_toolkits import mplot3d
+fig = plt.figure(dpi=150)
+ax = plt.axes(projection='3d')
+plt.show()
+"""
+
+
+def test_a_continuation_sends_what_is_large(alice: Client) -> None:
+    """A PNG over pyzmq's zero-copy size is sent by a collector thread with a context of its
+    own; pyzmq tells a fork by its pid, which a continuation shares with its snapshot's
+    kernel (pid 2 of a PID namespace each), so the continuation must start its own."""
+    record = alice.run(code=LARGE_PLOT, keep=True)
+    assert record["status"] == "succeeded" and record["snapshot"] is not None, record
+    pngs = [o for o in record["outputs"] if "image/png" in o.get("data", {})]
+    assert pngs and len(pngs[0]["data"]["image/png"]) > 65536  # zero-copy: over 64 KiB
+    again = continued(alice, record["snapshot"]["id"], LARGE_PLOT)
+    assert [o for o in again["outputs"] if "image/png" in o.get("data", {})], again
+
+
+def test_a_continuations_kernel_that_dies_is_seen_at_once(alice: Client) -> None:
+    """A continuation's kernel is not its pid 1's child (its parent was the snapshot's
+    fork): its end is still seen as it happens, not at the run's timeout."""
+    snapshot = kept(alice, "x = 1")
+    record = alice.run(
+        code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+        timeout=60,
+        **{"from": snapshot},
+    )
+    assert record["status"] == "failed" and record["kill_reason"] is None, record
+    assert any("died" in note for note in record["notes"]), record["notes"]
+    assert record["usage"]["wall_ms"] < 10_000

@@ -34,6 +34,21 @@ def stop() -> None:
     loop.add_callback(loop.stop)
 
 
+def _forget_zmq_contexts() -> None:
+    """pyzmq tells a fork by its pid, and a continuation's is the snapshot's kernel's (pid 2
+    of a PID namespace of its own): without this its shared context and the garbage
+    collector of zero-copy sends (a large PNG) would be the snapshot's, whose descriptors
+    are /dev/null here, and the first large send would abort the kernel."""
+    import zmq
+    from zmq.utils import garbage
+
+    # the collector's next use starts it again, with a context of its own, as after a fork
+    # it can tell (pyzmq's own cache of the collector keeps this object)
+    garbage.gc.pid = None
+    zmq.Context._instance = None
+    zmq.Context._instance_pid = None
+
+
 def restart(argv: list[str]) -> None:
     """Start ipykernel again in this process around the snapshot's shell; serve until it
     ends, then freeze if it was kept in its turn (a snapshot of a continuation)."""
@@ -47,6 +62,7 @@ def restart(argv: list[str]) -> None:
     from kernels.python import prebuilt
 
     sys.argv = ["ipykernel", *argv]
+    _forget_zmq_contexts()
     app: Any = kernelapp.IPKernelApp.instance()
     shell: Any = ZMQInteractiveShell.instance()
     app.reset_io()
