@@ -33,16 +33,22 @@ the executors' workers are one group), the warm parents, the forked kernels' pro
 and the kernel's threads (its main thread, ZMQbg/IO, ZMQbg/Reaper, its other Python
 threads), the host kernel's threads and every other process on the machine by name.
 
+With `--continue` (forkserver) every run starts `from` one snapshot kept before the
+measured runs (issue 32): the continuation's processes (forked by the snapshot, whose
+tree perf did not see begin: it is read from /proc first) are their own group, and the
+branch's sandbox (forked by the `exec` warm parent) is the forked `exec` kernels'.
+
 Prints a table (ms of CPU per run) and writes JSON to bench/results/. A script, not a test:
 nothing is asserted.
 
     .venv/bin/python bench/cpu_profile.py [--runs 30] [--batch 5] [--pooled] [--perf]
-        [--backend docker|forkserver]
+        [--backend docker|forkserver] [--continue]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -85,13 +91,18 @@ KTHREADD = 2  # the parent of every host kernel thread
 
 
 def perf_groups(
-    script_output: str, gateway_pid: int, runs: int, warm: dict[int, str] | None = None
+    script_output: str,
+    gateway_pid: int,
+    runs: int,
+    warm: dict[int, str] | None = None,
+    known: dict[int, int] | None = None,
 ) -> dict[str, float]:
     """ms of CPU per run by group, from `perf script -F comm,pid,tid --show-task-events`:
     by process (Docker), or by thread and process tree with `warm` (the forkserver's warm
     parents: pid -> kind)."""
     counts: dict[str, int] = {}
-    parents: dict[int, int] = {}  # pid -> parent pid, from the fork events
+    # pid -> parent pid, from the fork events (and `known`: the tree before perf began)
+    parents: dict[int, int] = dict(known or {})
     threaded: set[int] = set()  # processes that started threads (of those forked: the kernel)
     samples: dict[tuple[str, int, int], int] = {}  # (comm, pid, tid) -> samples
     for line in script_output.splitlines():
@@ -143,6 +154,12 @@ def forked_group(
     if pid in warm:
         return f"warm parent ({warm[pid]})"
     chain = ancestors(pid, parents)
+    if pid in SNAPSHOTS:
+        return "continuation: the snapshot (its fork for each)"
+    if any(p in SNAPSHOTS for p in chain):  # `--continue`: what a kept kernel forked
+        if pid in threaded:
+            return f"continuation: the kernel's {thread(comm, pid, tid)}"
+        return "continuation: the snapshot's fork (joins the branch, forks the kernel)"
     below = next((i for i, p in enumerate(chain) if p in warm), None)
     if below is not None:
         forked = f"forked {warm[chain[below]]} kernels"
@@ -159,6 +176,20 @@ def forked_group(
     if KTHREADD in (pid, *chain):
         return "host kernel threads"
     return "perf itself" if comm.startswith("perf") else f"other: {comm}"
+
+
+SNAPSHOTS: set[int] = set()  # `--continue`: the kept kernels' processes, read from /proc
+
+
+def process_tree() -> dict[int, int]:
+    """pid -> parent pid of every process now."""
+    tree = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            path = f"/proc/{entry}/stat"
+            with contextlib.suppress(OSError), open(path, encoding="ascii", errors="replace") as f:
+                tree[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+    return tree
 
 
 def ancestors(pid: int, parents: dict[int, int]) -> list[int]:
@@ -269,9 +300,18 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the gateway did not start; see {workdir}/gateway.log")
             time.sleep(0.2)
+        body: dict[str, Any] = {"code": "print(1)"}
+        before = set(process_tree())
+        if args.continue_:
+            status, kept = request(port, "POST", "/v1/runs", {"code": "x = 1", "keep": True})
+            assert status == 200 and kept["snapshot"], kept
+            body["from"] = kept["snapshot"]["id"]
         for _ in range(3):  # warm-up: caches, threads, connections
-            request(port, "POST", "/v1/runs", {"code": "print(1)"})
+            request(port, "POST", "/v1/runs", body)
         time.sleep(2)  # teardown of the warm-up runs, pool refills
+        known = process_tree()
+        if args.continue_:  # the kept kernel's processes: what the keep left running
+            SNAPSHOTS.update(pid for pid in known if pid not in before)
         warm = warm_parents(gateway.pid) if args.backend == "forkserver" else None
         threads = thread_names(gateway.pid)
 
@@ -299,7 +339,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             start = (machine_ms(), pid_ms(gateway.pid), engine_ms())
             kernel = 0.0
             for _ in range(size):
-                status, record = request(port, "POST", "/v1/runs", {"code": "print(1)"})
+                status, record = request(port, "POST", "/v1/runs", body)
                 assert status == 200 and record["stdout"] == "1\n", record
                 kernel += (record.get("usage") or {}).get("cpu_ms") or 0
             if not left:
@@ -323,7 +363,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
                 text=True,
                 check=True,
             ).stdout
-            by_thread = perf_groups(script, gateway.pid, args.runs, warm)
+            by_thread = perf_groups(script, gateway.pid, args.runs, warm, known)
     finally:
         if perf is not None:  # the runs failed: perf must not go on sampling every CPU
             perf.kill()
@@ -338,6 +378,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "batch": args.batch,
         "pooled": args.pooled,
+        "continued": args.continue_,
         "backend": args.backend,
         "warm_parents": warm,
         "gateway_threads": threads,
@@ -386,6 +427,9 @@ def main() -> int:
     parser.add_argument("--pooled", action="store_true", help="keep the warm pools on")
     parser.add_argument("--perf", action="store_true", help="attribute every CPU sample (perf)")
     parser.add_argument("--backend", choices=sorted(SHARES), default="docker")
+    parser.add_argument(
+        "--continue", dest="continue_", action="store_true", help="every run `from` a snapshot"
+    )
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args()
     result = profile(args)

@@ -43,7 +43,8 @@ ARM = """([index]) => {
     const status = cell.dataset.status;
     if (pressed && status === 'ok') {
       seen.disconnect();
-      window.__pressed = [performance.now() - pressed, cell.querySelector('.cell-time').textContent];
+      const own = cell.querySelector('.cell-time').textContent;
+      window.__pressed = [performance.now() - pressed, own];
     } else if (pressed && !['queued', 'running', 'idle'].includes(status)) {
       seen.disconnect();
       window.__pressed = ['error', status];
