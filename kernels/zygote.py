@@ -714,12 +714,21 @@ def _reaper(ready: int) -> int:
                     return 128 + os.WTERMSIG(status)
                 return os.waitstatus_to_exitcode(status)
         if kernel is None:
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 kernel = os.pidfd_open(2)
+            except ProcessLookupError:
+                if _last_pid() >= 2:  # it joined and ended before it was watched
+                    return BRANCH_KERNEL_GONE
         if kernel is None:
             signal.sigtimedwait({signal.SIGCHLD}, 0.05)  # until the continuation joins
         elif select.select([kernel], [], [], 0.2)[0]:  # an orphan's end is reaped meanwhile
             return BRANCH_KERNEL_GONE
+
+
+def _last_pid() -> int:
+    """The last pid given out in this process's PID namespace."""
+    with open("/proc/sys/kernel/ns_last_pid", encoding="ascii") as last:
+        return int(last.read())
 
 
 def _drop_all_capabilities() -> None:

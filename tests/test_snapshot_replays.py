@@ -149,3 +149,41 @@ def test_everyones_snapshots_together_stay_within_the_gateways_memory() -> None:
         assert sum(s.bytes for s in kept) <= 60 << 20
     finally:
         server.stop()
+
+
+def test_a_user_holds_no_more_memory_than_their_limit_after_a_chain() -> None:
+    """A snapshot evicted while a continuation still lives inside it keeps its memory until
+    that ends: it counts against its owner's bytes, so a chain of cells cannot hold more
+    than `snapshot_bytes_per_user` once its run is over (and nothing held is evicted for
+    bytes: that would free none)."""
+    server = start_gateway("forkserver", snapshot_bytes_per_user=50 << 20)
+    try:
+        cells = [code(f"x{i} = {i}") for i in range(4)]
+        record = replay(server.client(), {"notebook": notebook(*cells), "keep": "cells"})
+        assert record["status"] == "succeeded", record
+        assert any("snapshot limits" in note for note in record["notes"]), record["notes"]
+        services = server.gateway.services
+        assert services is not None
+        held = list(services.runs.snapshots._kept.values())
+        assert [s.cell for s in held] == [0, 1], [(s.cell, s.bytes) for s in held]
+        assert sum(s.bytes for s in held) <= 50 << 20
+    finally:
+        server.stop()
+
+
+def test_a_record_says_which_of_its_cells_states_went_during_its_run() -> None:
+    """The states a replay keeps are in its record before the store has that record: one
+    evicted during the run (its owner's count) is said gone in the answer and stored."""
+    server = start_gateway("forkserver", snapshots_per_user=2)
+    try:
+        client = server.client()
+        cells = [code(f"x{i} = {i}") for i in range(4)]
+        record = replay(client, {"notebook": notebook(*cells), "keep": "cells"})
+        states = record["snapshots"]
+        assert [s["cell"] for s in states] == [0, 1, 2, 3], states
+        assert [bool(s["gone"]) for s in states] == [True, True, False, False], states
+        assert all("evicted" in s["gone"] for s in states[:2])
+        stored = client.request("GET", f"/v1/runs/{record['id']}").json()["snapshots"]
+        assert [s["gone"] for s in stored] == [s["gone"] for s in states]
+    finally:
+        server.stop()

@@ -36,16 +36,17 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from gateway.errors import GatewayError
 from gateway.execution.config import ExecutionConfig
 from gateway.execution.deadline import Deadline
 from gateway.execution.events import CellFinished, CellOutput, CellStarted, CellStatus, RunEvents
 from gateway.execution.kernel_code import result_code, setup_code
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.result import RunResult, exit_code_of
-from gateway.execution.session import CellRun, KernelSession
+from gateway.execution.session import CellRun, KernelSession, StartCancelled
 from gateway.execution.value import SETUP_TIMEOUT, read_result, result_expressions
 from gateway.models.languages import traits
-from gateway.models.record import RunRecord
+from gateway.models.record import RunRecord, Usage
 from gateway.models.request import StagedFile
 from gateway.sandbox.base import SandboxSpec
 
@@ -183,26 +184,46 @@ class Execution:
                         )
                     return session
             if more and self.advance is not None:
-                session = await self._advance(session, index)
+                successor = await self._advance(session, index, name)
+                if successor is None:
+                    return session  # given away, and nothing continues from it
+                session = successor
         return session
 
-    async def _advance(self, session: KernelSession, index: int) -> KernelSession:
+    async def _advance(self, session: KernelSession, index: int, name: str) -> KernelSession | None:
         """The session the cell after `index` runs in (`advance`); the run's usage and
-        output limit carry over to it."""
+        output limit carry over to it. None when no kernel could continue from the state
+        kept (the program stops there, its results so far kept)."""
         assert self.advance is not None
         usage = await session.sandbox.usage()  # its own, before it is kept
-        successor = await self.advance(session, index)
+        try:
+            successor = await self.advance(session, index)
+        except (StartCancelled, GatewayError) as exc:
+            self._spend(usage)
+            if isinstance(exc, StartCancelled):
+                self.result.stop("cancelled")
+                return None
+            self.result.notes.append(
+                f"The cells after {name} did not run: no kernel could continue from its "
+                f"state ({exc.message})."
+            )
+            self.result.stop("died")
+            return None
         if successor is session:
             return session
-        if usage.cpu_ms is not None and self._cpu_before is not None:
-            self._spent_cpu += max(0, usage.cpu_ms - self._cpu_before)
-        self._spent_peak = max(self._spent_peak, usage.peak_memory_bytes or 0)
+        self._spend(usage)
         meter = session.client.meter
         if meter.ceiling is not None:
             successor.client.meter.limit_from_now(max(0, meter.ceiling - meter.total))
         self._cpu_before = (await successor.sandbox.usage()).cpu_ms
         self.session = successor
         return successor
+
+    def _spend(self, usage: Usage) -> None:
+        """Count what a kernel the program has left used."""
+        if usage.cpu_ms is not None and self._cpu_before is not None:
+            self._spent_cpu += max(0, usage.cpu_ms - self._cpu_before)
+        self._spent_peak = max(self._spent_peak, usage.peak_memory_bytes or 0)
 
     async def _replay(self, session: KernelSession, deadline: Deadline) -> bool:
         """Run a rebuilt continuation's chain silently, within the program's timeout; False
@@ -247,6 +268,10 @@ class Execution:
         kernel died (if it did). The kill and the destruction follow (`end`)."""
         result, closing = self.result, self.result.closing
         last = result.last
+        if session.released:  # kept, and no kernel continued from it: its sandbox is not ours
+            closing.usage.cpu_ms = self._spent_cpu
+            closing.usage.peak_memory_bytes = self._spent_peak or None
+            return
         if last.ending == "finished" and self.program.reads_result:
             closing.result, closing.result_note, failure = await read_result(
                 session,

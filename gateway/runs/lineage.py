@@ -35,7 +35,7 @@ from gateway.errors import (
 )
 from gateway.models.notebook import cell_source
 from gateway.models.record import RunRecord, SnapshotInfo
-from gateway.store.base import RecordStore
+from gateway.store.base import UNFINISHED, RecordStore
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,9 @@ class Lineage:
     def __init__(self, store: RecordStore) -> None:
         self.store = store
         self._writing: set[asyncio.Task[None]] = set()
+        # run id -> {snapshot id: why}: what its record is still to say, written by one task
+        # per record at a time (two would each write the record as they read it)
+        self._pending: dict[str, dict[str, str]] = {}
 
     async def find(self, snapshot_id: str, user: str) -> tuple[RunRecord, SnapshotInfo]:
         """The record of `user`'s snapshot and its info there; 404 if there is none."""
@@ -139,20 +142,32 @@ class Lineage:
 
     def went(self, run_id: str, snapshot_id: str, why: str) -> None:
         """Say in its record that a snapshot went (in the background)."""
-        task = asyncio.create_task(self._amend(run_id, snapshot_id, why))
+        pending = self._pending.get(run_id)
+        if pending is not None:  # its record is being written: the same task writes it too
+            pending[snapshot_id] = why
+            return
+        self._pending[run_id] = {snapshot_id: why}
+        task = asyncio.create_task(self._amend(run_id))
         self._writing.add(task)
         task.add_done_callback(self._writing.discard)
 
-    async def _amend(self, run_id: str, snapshot_id: str, why: str) -> None:
+    async def _amend(self, run_id: str) -> None:
+        """Write what is pending for `run_id`'s record until nothing is."""
         try:
-            record = await self.store.get(run_id)
-            info = None if record is None else kept_in(record, snapshot_id)
-            if record is None or info is None:
-                return  # its record went first (expired, or its owner's quota)
-            info.gone = why
-            await self.store.amend(record)
+            while pending := self._pending.get(run_id):
+                self._pending[run_id] = {}
+                record = await self.store.get(run_id)
+                if record is None or record.status in UNFINISHED:
+                    return  # went first (expired, its owner's quota), or not final yet
+                for snapshot_id, why in pending.items():
+                    info = kept_in(record, snapshot_id)
+                    if info is not None:
+                        info.gone = why
+                await self.store.amend(record)
         except Exception as exc:  # its instance's death says it anyway (`missing`)
             log.warning("the record of run %s could not say its snapshot went: %s", run_id, exc)
+        finally:
+            self._pending.pop(run_id, None)
 
     def annotate(self, record: RunRecord, knows: Callable[[str], bool]) -> None:
         """A record read from the store whose snapshot this gateway never kept (`knows`:

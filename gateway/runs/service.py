@@ -118,7 +118,18 @@ class RunService:
         )
 
     def _snapshot_went(self, snapshot: Snapshot) -> None:
-        self.lineage.went(snapshot.run_id, snapshot.id, snapshot.gone or "gone")
+        """Its record says so: the run's own, if it still runs (the store has not got that
+        record yet), else the stored one."""
+        why = snapshot.gone or "gone"
+        active = self.active.get(snapshot.run_id)
+        if active is None:
+            self.lineage.went(snapshot.run_id, snapshot.id, why)
+            return
+        # its final record is still to be stored, from this one (an amend meanwhile would
+        # read the record as it was stored when the run began, and write that back)
+        for info in (active.record.snapshot, *active.record.snapshots):
+            if info is not None and info.id == snapshot.id:
+                info.gone = why
 
     def _pooled(self) -> float:
         return float(self.pools.ready)
@@ -192,6 +203,7 @@ class RunService:
             self._check_snapshots(request.language, "keep")
         source = None
         if request.continue_from is not None:
+            self._admit()  # before the store is read for it (a chain may be long)
             source, prelude = await self._continued(request)
             record.continued_by = "replay" if source is None else "fork"
             program = dataclasses.replace(program, prelude=prelude)

@@ -152,7 +152,9 @@ class Snapshots:
         """Refuse `newest` if every user's snapshots together are over the gateway's bytes;
         else evict `user`'s least recently used ones until their count and bytes are within
         the operator's limits (never another user's); a note if any went."""
-        total = sum(s.bytes for s in self._kept.values() if s.gone is None)
+        # a snapshot that went but is still held (a continuation lives inside it) still holds
+        # its memory: it counts until it ends
+        total = sum(s.bytes for s in self._kept.values())
         if total > self.config.bytes_total:  # the machine's share: nobody's goes for it
             self._go(newest, "not kept: the gateway's memory for snapshots was full")
             return (
@@ -162,17 +164,22 @@ class Snapshots:
         evicted = 0
         while True:
             own = sorted(self.owned(user), key=lambda s: s.used)
-            count, total = len(own), sum(s.bytes for s in own)
-            if count <= self.config.per_user and total <= self.config.bytes_per_user:
+            count = len(own)
+            total = sum(s.bytes for s in self._kept.values() if s.user == user)
+            over_count = count > self.config.per_user
+            if not over_count and total <= self.config.bytes_per_user:
                 break
-            # the oldest first, the one just kept last
-            victim = next((s for s in own if s is not newest), newest)
+            # the oldest first, the one just kept last; for bytes only one that nothing
+            # holds (a held one keeps its memory until its holders end)
+            victim = next(
+                (s for s in own if s is not newest and (over_count or s.holders == 0)), newest
+            )
             self._go(victim, "evicted: its owner's snapshot limits were reached")
             evicted += 1
             if victim is newest:
                 return (
-                    "The kernel's state was not kept: it alone is over this gateway's "
-                    "snapshot limits."
+                    "The kernel's state was not kept: with your snapshots still in use, it "
+                    "is over this gateway's snapshot limits."
                 )
         if evicted:
             return f"{evicted} older snapshot(s) of yours went to keep this one (limits)."

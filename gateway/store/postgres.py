@@ -257,6 +257,8 @@ class PostgresStore(RecordStore):
         async with self.connection() as conn:
             cursor = await conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = "
+                "current_database()) "
                 "AND classid = %s::bigint::oid AND objid = %s::bigint::oid "
                 "AND objsubid = 1 AND granted)",
                 (key >> 32, key & 0xFFFF_FFFF),

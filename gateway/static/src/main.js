@@ -129,11 +129,11 @@ async function openChain(members) {
   try {
     const loaded = await Promise.all(members.map(async (summary) => {
       const [record, nb] = await Promise.all([api.getRun(summary.id), api.getNotebook(summary.id)]);
-      return { record, nb };
+      return { record, nb, replay: summary.kind === "notebook" };
     }));
     let composed = null;
     const states = new Map();
-    for (const { record, nb } of loaded) {
+    for (const { record, nb, replay } of loaded) {
       if (!composed) {
         composed = { ...nb, cells: [...nb.cells] };
       } else {
@@ -147,10 +147,13 @@ async function openChain(members) {
         // the cells after the first this run ran hold states of the chain before it
         for (const cell of composed.cells.slice(first)) states.delete(cell.id);
       }
-      const kept = [...(record.snapshots || [])];
-      if (!kept.length && record.snapshot) kept.push(record.snapshot);
+      // the states of the page's own runs (replays): a client's session keeps its own
+      const kept = replay ? [...(record.snapshots || [])] : [];
+      if (replay && !kept.length && record.snapshot) kept.push(record.snapshot);
+      const ran = nb.cells.filter((c) => c.cell_type === "code" && c.execution_count !== null);
       for (const state of kept) {
-        const cell = state.cell === null ? nb.cells.find((c) => c.cell_type === "code") : nb.cells[state.cell];
+        // a replay's final state (`keep: true`): after the last cell that ran
+        const cell = state.cell === null ? ran.at(-1) : nb.cells[state.cell];
         if (cell?.id && !state.gone) states.set(cell.id, state.id);
       }
     }

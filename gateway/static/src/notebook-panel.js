@@ -40,6 +40,7 @@ export class NotebookPanel extends RunPanel {
     this.count = 0; // the execution count of the last cell run since the last Restart
     this.queue = []; // cells asked to run while another run goes on, in order
     this.deleted = new Set(); // snapshots this page let go of (never asked twice, never held again)
+    this.generation = 0; // counts the times states were let go of: a run's states stand only if none was since it began
     this.ui.runAll.addEventListener("click", () => this.runAll());
     this.ui.cancel.addEventListener("click", () => this.cancel());
     this.ui.restart.addEventListener("click", () => this.restart());
@@ -102,7 +103,7 @@ export class NotebookPanel extends RunPanel {
 
   /** Every cell, from nothing (a fresh kernel), each cell's state kept for the next. */
   runAll() {
-    if (this.current || !this.view.nb) return;
+    if (this.current || !this.view.nb || !this.app.auth.ready()) return;
     this.queue = [];
     this.forget(this.view.forgetAll());
     this.count = 0;
@@ -124,6 +125,10 @@ export class NotebookPanel extends RunPanel {
   }
 
   runQueued(cell) {
+    if (!this.app.auth.ready()) {
+      this.queue = [];
+      return;
+    }
     if (!this.keeps) {
       // Nothing is kept: the cell runs with every cell before it, from nothing.
       const cells = this.view.codeCells.filter((c) => c.index <= cell.index);
@@ -136,9 +141,12 @@ export class NotebookPanel extends RunPanel {
     this.start({ cells, from, all: false });
   }
 
-  /** An edited cell no longer holds the state its code left, nor do the cells after it. */
+  /**
+   * An edited cell no longer holds the state its code left, nor do the cells after it; a run
+   * going on now keeps none of the states it makes (they may stand on the old code).
+   */
   edited(cell) {
-    if (cell.snapshot) this.forget(this.view.forgetFrom(cell));
+    this.forget(this.view.forgetFrom(cell));
   }
 
   /** Forget every state: the next cell runs from nothing. */
@@ -152,6 +160,7 @@ export class NotebookPanel extends RunPanel {
 
   /** Let the gateway free snapshots no cell holds any more. */
   forget(ids) {
+    this.generation += 1;
     for (const id of ids) {
       if (this.deleted.has(id)) continue;
       this.deleted.add(id);
@@ -165,7 +174,6 @@ export class NotebookPanel extends RunPanel {
   }
 
   async start({ cells, from, all }) {
-    if (!this.app.auth.ready()) return;
     const notebook = all ? this.view.toNotebook() : this.view.notebookOf(cells);
     // where each cell of what is sent is in the notebook on show
     const positions = all ? null : cells.map((cell) => cell.index);
@@ -183,6 +191,7 @@ export class NotebookPanel extends RunPanel {
       ref: null, id: null, started: performance.now(), dropped: 0, ran: 0,
       codeCells: cells.length, cells, positions, all, from,
       sources: cells.map((cell) => cell.editor.text), // a cell edited meanwhile keeps no state
+      generation: this.generation,
     });
     const what = all ? `Replaying ${this.name}: ${cells.length} code cells` : `Running cell ${cells.at(-1).index + 1} of ${this.name}`;
     this.app.announcer.say(`${what}.`);
@@ -196,7 +205,8 @@ export class NotebookPanel extends RunPanel {
       if (this.keeps) fields.keep = "cells";
       // a state that went (its TTL, its owner's limits) is rebuilt from its chain's code
       if (from) Object.assign(fields, { from, rebuild: true });
-      const files = await this.app.files.payload();
+      // a continuation has the working folder the state had: the files go with a run from nothing
+      const files = from ? [] : await this.app.files.payload();
       if (files.length) fields.files = files;
       mine.ref = await this.app.client.notebook(fields, {
         accepted: (event) => this.accepted(mine, event),
@@ -220,7 +230,18 @@ export class NotebookPanel extends RunPanel {
   }
 
   refused(run, event) {
-    if (event.error?.code === "snapshot_unsupported" && this.keeps && run === this.current) {
+    const code = event.error?.code;
+    if (run === this.current && run.from && !run.retried && ["not_found", "snapshot_gone"].includes(code)) {
+      // the state before these cells is gone for good (even its chain): run from earlier
+      const holder = this.view.codeCells.find((cell) => cell.snapshot === run.from);
+      if (holder) this.forget(this.view.forgetFrom(holder));
+      this.current = null;
+      this.setBusy(false);
+      this.runQueued(run.cells.at(-1));
+      if (this.current) this.current.retried = true;
+      return;
+    }
+    if (code === "snapshot_unsupported" && this.keeps && run === this.current) {
       // This gateway keeps no states: the same run without them.
       this.keeps = false;
       this.current = null;
@@ -272,14 +293,21 @@ export class NotebookPanel extends RunPanel {
     }
     this.current = null;
     this.setBusy(false);
-    this.view.finish(executed, { replaceOutputs: run.dropped > 0, positions: run.positions });
-    // each cell that ran holds the state it left, for the next cell to run from
-    for (const kept of record.snapshots || []) {
-      const cell = this.view.cells[run.positions ? run.positions[kept.cell] : kept.cell];
+    if (run.cancelRequested) this.queue = []; // a cancel stops what waits, too
+    this.view.finish(executed, { replaceOutputs: run.dropped > 0, positions: run.positions, waiting: this.queue });
+    // each cell that ran holds the state it left, for the next cell to run from: unless a
+    // state was let go of since the run began (an edit), or a cell before it was edited
+    let stands = run.generation === this.generation;
+    const kept = [...(record.snapshots || [])].sort((a, b) => a.cell - b.cell);
+    const dropped = [];
+    for (const state of kept) {
+      const cell = this.view.cells[run.positions ? run.positions[state.cell] : state.cell];
       const which = cell ? run.cells.indexOf(cell) : -1;
-      if (which >= 0 && !kept.gone && cell.editor.text === run.sources[which]) cell.snapshot = kept.id;
-      else this.forget([kept.id]);
+      stands = stands && which >= 0 && !state.gone && cell.editor.text === run.sources[which];
+      if (stands) cell.snapshot = state.id;
+      else dropped.push(state.id);
     }
+    this.forget(dropped);
     if (run.from && record.continued_by === "replay") {
       this.ui.notes.append(el("li", {}, "The state before this cell had gone: the cells before it were run again to make it."));
     }
@@ -314,8 +342,8 @@ export class NotebookPanel extends RunPanel {
 
   failed(run, message) {
     if (run === this.current) {
-      this.view.finish(null); // the cells that were to run: not run
       this.queue = [];
+      this.view.finish(null); // the cells that were to run: not run
     }
     super.failed(run, message);
   }

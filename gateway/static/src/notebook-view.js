@@ -237,9 +237,9 @@ export class NotebookView {
    * The replay ended: cells that never ran say so, and when the executed notebook is at
    * hand and live events were dropped, its outputs replace what was shown.
    */
-  finish(executed, { replaceOutputs = false, positions = null } = {}) {
+  finish(executed, { replaceOutputs = false, positions = null, waiting = [] } = {}) {
     for (const cell of this.codeCells) {
-      if (cell.status === "queued") cell.setStatus("not_run");
+      if (cell.status === "queued" && !waiting.includes(cell)) cell.setStatus("not_run");
       else if (cell.status === "running") cell.setStatus("cancelled");
     }
     if (!executed || !replaceOutputs) return;
