@@ -212,6 +212,13 @@ class GatewayThread:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def forget_snapshots(server: GatewayThread) -> None:
+    """Every snapshot of `server` ends: none outlives its test (the leak census)."""
+    services = server.gateway.services
+    assert services is not None
+    server.call(services.runs.snapshots.clear("the test ended"))
+
+
 class Stoppable(Protocol):
     def stop(self) -> None: ...
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.browser import FINAL, RECORD_VIOLATIONS, Page, ipynb
 from tests.conftest import start_gateway
-from tests.support import GatewayThread, serving
+from tests.support import GatewayThread, forget_snapshots, serving
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +31,7 @@ def page(chromium_browser: Any, forked_page_gateway: GatewayThread) -> Iterator[
         yield Page(context.new_page(), f"http://127.0.0.1:{forked_page_gateway.port}")
     finally:
         context.close()
-    services = forked_page_gateway.gateway.services
-    assert services is not None
-    forked_page_gateway.call(services.runs.snapshots.clear("the test ended"))
+    forget_snapshots(forked_page_gateway)
 
 
 NOTEBOOK = ipynb(
@@ -60,22 +58,32 @@ def finished(page: Page) -> str:
     return page.wait_status(*FINAL, which="#nb-status", timeout=60)
 
 
+def opened_and_run(page: Page, name: str) -> None:
+    """Drop the notebook on the page and Run all of it."""
+    page.drop({name: NOTEBOOK})
+    page.page.wait_for_selector("#notebook-view:not([hidden]) .code-cell")
+    page.page.locator("#run-all").click()
+    assert finished(page) == "succeeded"
+
+
+def typed(page: Page, index: int, code: str, keys: str) -> None:
+    """Replace cell `index`'s code as a person would, then press `keys`."""
+    editor(page, index).click()
+    page.page.keyboard.press("Control+a")
+    page.page.keyboard.insert_text(code)
+    page.page.keyboard.press(keys)
+
+
 def test_a_cell_runs_from_the_state_the_cell_before_it_left(page: Page) -> None:
     p = page.page
-    page.drop({"steps.ipynb": NOTEBOOK})
-    p.wait_for_selector("#notebook-view:not([hidden]) .code-cell")
-    p.locator("#run-all").click()
-    assert finished(page) == "succeeded"
+    opened_and_run(page, "steps.ipynb")
     first = outputs(page)
     assert first[1:] == ["2", "20"] and first[0].startswith("one")
     assert prompts(page) == ["[1]", "[2]", "[3]"]
 
     # edit cell 2 and Shift+Enter: it runs from cell 1's state (cell 1 does not run again:
     # its output, with the time it ran, stays as it was), and the focus moves to cell 3
-    editor(page, 2).click()
-    p.keyboard.press("Control+a")
-    p.keyboard.insert_text("x += 5\nprint(x)")
-    p.keyboard.press("Shift+Enter")
+    typed(page, 2, "x += 5\nprint(x)", "Shift+Enter")
     assert finished(page) == "succeeded"
     assert outputs(page) == [first[0], "6", "20"] and prompts(page)[1] == "[4]"
     assert p.evaluate("document.activeElement.closest('.code-cell').dataset.index") == "3"
@@ -98,14 +106,8 @@ def test_a_cell_runs_from_the_state_the_cell_before_it_left(page: Page) -> None:
 
 def test_the_history_opens_a_chain_as_one_notebook(page: Page) -> None:
     p = page.page
-    page.drop({"chain.ipynb": NOTEBOOK})
-    p.wait_for_selector("#notebook-view:not([hidden]) .code-cell")
-    p.locator("#run-all").click()
-    assert finished(page) == "succeeded"
-    editor(page, 3).click()
-    p.keyboard.press("Control+a")
-    p.keyboard.insert_text("print(x * 100)")
-    p.keyboard.press("Control+Enter")
+    opened_and_run(page, "chain.ipynb")
+    typed(page, 3, "print(x * 100)", "Control+Enter")
     assert finished(page) == "succeeded"
     assert outputs(page)[2] == "200"
     newest = p.locator("#history-list .history-item").first

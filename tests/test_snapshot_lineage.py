@@ -18,7 +18,14 @@ from gateway.client import GatewayClient, SnapshotElsewhere
 from gateway.models.record import RunRecord, SnapshotInfo
 from gateway.runs.lineage import snapshot_name
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, new_instance_id, serving, wait_for
+from tests.support import (
+    Client,
+    GatewayThread,
+    forget_snapshots,
+    new_instance_id,
+    serving,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +36,7 @@ def forked() -> Iterator[GatewayThread]:
 @pytest.fixture
 def client(forked: GatewayThread) -> Iterator[Client]:
     yield forked.client()
-    services = forked.gateway.services
-    assert services is not None
-    forked.call(services.runs.snapshots.clear("the test ended"))
+    forget_snapshots(forked)
 
 
 def post(client: Client, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

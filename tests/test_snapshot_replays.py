@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, serving
+from tests.support import Client, GatewayThread, forget_snapshots, serving, wait_for
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
 
@@ -24,9 +24,7 @@ def forked() -> Iterator[GatewayThread]:
 @pytest.fixture
 def client(forked: GatewayThread) -> Iterator[Client]:
     yield forked.client()
-    services = forked.gateway.services
-    assert services is not None
-    forked.call(services.runs.snapshots.clear("the test ended"))
+    forget_snapshots(forked)
 
 
 def code(source: str) -> dict[str, Any]:
@@ -77,6 +75,14 @@ def test_keep_cells_keeps_the_state_after_each_code_cell(client: Client) -> None
     # the run's CPU is every cell's, whichever kernel ran it (two cells spun 0.4 s each)
     assert record["usage"]["cpu_ms"] >= 750, record["usage"]
     assert record["stdout"] == "12\n"
+    # the last cell's state is also the final one: once it went, both places say so
+    assert client.request("DELETE", f"/v1/snapshots/{kept[-1]['id']}").status == 204
+
+    def stored() -> dict[str, Any]:
+        return dict(client.request("GET", f"/v1/runs/{record['id']}").json())
+
+    assert wait_for(lambda: stored()["snapshot"]["gone"] == "deleted", timeout=10)
+    assert stored()["snapshots"][-1]["gone"] == "deleted"
 
 
 def test_a_failed_cell_stops_the_cells_kept_after_it(client: Client) -> None:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, serving
+from tests.support import Client, GatewayThread, forget_snapshots, serving
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
 
@@ -40,13 +40,6 @@ def alice(forked: GatewayThread) -> Iterator[Client]:
 @pytest.fixture
 def bob(forked: GatewayThread) -> Client:
     return forked.client(BOB)
-
-
-def forget_snapshots(server: GatewayThread) -> None:
-    """Every snapshot of `server` ends: none outlives its test (the leak census)."""
-    services = server.gateway.services
-    assert services is not None
-    server.call(services.runs.snapshots.clear("the test ended"))
 
 
 def kept(client: Client, code: str) -> str:

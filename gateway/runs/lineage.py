@@ -57,12 +57,23 @@ def run_of(snapshot_id: str) -> str | None:
     return None if found is None else f"run_{found.group(1)}"
 
 
+def kept_by(record: RunRecord) -> list[SnapshotInfo]:
+    """The states a record says its run kept: its cells' and its final one."""
+    final = [] if record.snapshot is None else [record.snapshot]
+    return [*record.snapshots, *final]
+
+
 def kept_in(record: RunRecord, snapshot_id: str) -> SnapshotInfo | None:
     """The record's snapshot of that id (its final state's, or one of its cells')."""
-    for info in (record.snapshot, *record.snapshots):
-        if info is not None and info.id == snapshot_id:
-            return info
-    return None
+    return next((info for info in kept_by(record) if info.id == snapshot_id), None)
+
+
+def say_gone(record: RunRecord, snapshot_id: str, why: str) -> None:
+    """The record says that snapshot went (a replay's last cell's state is also its final
+    one: both places say it)."""
+    for info in kept_by(record):
+        if info.id == snapshot_id:
+            info.gone = why
 
 
 class Lineage:
@@ -160,9 +171,7 @@ class Lineage:
                 if record is None or record.status in UNFINISHED:
                     return  # went first (expired, its owner's quota), or not final yet
                 for snapshot_id, why in pending.items():
-                    info = kept_in(record, snapshot_id)
-                    if info is not None:
-                        info.gone = why
+                    say_gone(record, snapshot_id, why)
                 await self.store.amend(record)
         except Exception as exc:  # its instance's death says it anyway (`missing`)
             log.warning("the record of run %s could not say its snapshot went: %s", run_id, exc)
@@ -173,9 +182,8 @@ class Lineage:
         """A record read from the store whose snapshot this gateway never kept (`knows`:
         whether it kept an id) though its instance is this one's was kept by a previous
         life of it: say so (a crash wrote nothing)."""
-        for info in (record.snapshot, *record.snapshots):
-            mine = info is not None and info.instance == self.store.replica
-            if mine and info is not None and info.gone is None and not knows(info.id):
+        for info in kept_by(record):
+            if info.instance == self.store.replica and info.gone is None and not knows(info.id):
                 info.gone = RESTARTED
 
     @property

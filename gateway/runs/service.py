@@ -38,7 +38,7 @@ from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.attach import archive_files, check_archive
 from gateway.runs.bounds import bound_record
 from gateway.runs.config import RunServiceConfig
-from gateway.runs.lineage import Lineage
+from gateway.runs.lineage import Lineage, say_gone
 from gateway.runs.slots import RunSlots
 from gateway.runs.snapshots import Snapshot, Snapshots
 from gateway.sandbox.base import SandboxBackend, SandboxSpec
@@ -127,9 +127,7 @@ class RunService:
             return
         # its final record is still to be stored, from this one (an amend meanwhile would
         # read the record as it was stored when the run began, and write that back)
-        for info in (active.record.snapshot, *active.record.snapshots):
-            if info is not None and info.id == snapshot.id:
-                info.gone = why
+        say_gone(active.record, snapshot.id, why)
 
     def _pooled(self) -> float:
         return float(self.pools.ready)

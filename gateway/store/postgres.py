@@ -43,7 +43,6 @@ from gateway.budget import Quota
 from gateway.models.record import RunRecord
 from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, Renewal, RunQuery
 from gateway.store.config import StoreConfig
-from gateway.store.instance import instance_lock_key
 from gateway.store.migrate import migrate
 from gateway.store.postgres_connection import (
     CONNECTION_OPTIONS,
@@ -56,6 +55,7 @@ from gateway.store.postgres_leases import (
     PostgresLeaseLink,
     fail_expired_runs,
     fail_rows,
+    instance_holder,
     renew_leases,
 )
 from gateway.store.postgres_uploads import PostgresShelf
@@ -251,20 +251,9 @@ class PostgresStore(RecordStore):
         return cursor.rowcount > 0
 
     async def instance_alive(self, instance: str) -> bool:
-        """A live replica holds its id's advisory lock (`postgres_leases`): one-key locks
-        show in `pg_locks` as the key's high and low 32 bits, with `objsubid` 1."""
-        key = instance_lock_key(instance) & 0xFFFF_FFFF_FFFF_FFFF
+        """A live replica holds its id's advisory lock (`postgres_leases`)."""
         async with self.connection() as conn:
-            cursor = await conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                "AND database = (SELECT oid FROM pg_database WHERE datname = "
-                "current_database()) "
-                "AND classid = %s::bigint::oid AND objid = %s::bigint::oid "
-                "AND objsubid = 1 AND granted)",
-                (key >> 32, key & 0xFFFF_FFFF),
-            )
-            row = await cursor.fetchone()
-        return bool(row and row[0])
+            return await instance_holder(conn, instance) is not None
 
     async def get(self, run_id: str) -> RunRecord | None:
         async with self.connection() as conn:

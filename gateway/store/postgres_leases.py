@@ -43,6 +43,22 @@ log = logging.getLogger(__name__)
 TERMINATE_WAIT = 10.0  # seconds for this process's own stale session to end
 
 
+async def instance_holder(conn: Conn, instance: str) -> tuple[Any, ...] | None:
+    """(pid, application_name, client address, since) of the session in this database
+    that holds `instance`'s advisory lock (a live gateway of that id), or None."""
+    unsigned = instance_lock_key(instance) & 0xFFFF_FFFF_FFFF_FFFF  # shown as two halves
+    cursor = await conn.execute(
+        "SELECT a.pid, a.application_name, host(a.client_addr), a.backend_start "
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND l.classid = %s::oid AND l.objid = %s::oid",
+        (unsigned >> 32, unsigned & 0xFFFF_FFFF),
+    )
+    row = await cursor.fetchone()
+    return None if row is None else tuple(row)
+
+
 class PostgresLeaseLink(LeaseLink):
     def __init__(self, dsn: str, replica: str, lease: float) -> None:
         self.dsn = dsn
@@ -82,7 +98,7 @@ class PostgresLeaseLink(LeaseLink):
                 cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,))
                 if (await cursor.fetchone()) == (True,):
                     return
-                holder = await self._holder(conn)
+                holder = await instance_holder(conn, self.replica)
                 if holder is None or holder[1] != self.name or loop.time() > deadline:
                     break
                 # our own session that the database has not yet seen die: end it
@@ -95,20 +111,6 @@ class PostgresLeaseLink(LeaseLink):
             f"the instance id {self.replica!r} is held by another live gateway on this "
             f"database ({shown}): refusing to serve runs under it"
         )
-
-    async def _holder(self, conn: Conn) -> tuple[Any, ...] | None:
-        """(pid, application_name, client address, since) of the session holding the id."""
-        unsigned = self.key & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows the key's two halves
-        cursor = await conn.execute(
-            "SELECT a.pid, a.application_name, host(a.client_addr), a.backend_start "
-            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND l.classid = %s::oid AND l.objid = %s::oid",
-            (unsigned >> 32, unsigned & 0xFFFF_FFFF),
-        )
-        row = await cursor.fetchone()
-        return None if row is None else tuple(row)
 
     async def renew(self, run_ids: Collection[str]) -> Renewal:
         conn = await self._connected()
