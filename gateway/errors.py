@@ -14,6 +14,7 @@ as `{"error": {code, message, field?}}` with its status (`handlers/base.py`, one
      +-- NotFound              404    not_found
      +-- SnapshotElsewhere     409    snapshot_elsewhere: another replica holds it (instance)
      +-- SnapshotGone          410    snapshot_gone: it existed and went
+     +-- FilesGone             410    files_gone: a run's files were not kept, or went
      +-- PayloadTooLarge       413    payload_too_large
      +-- UnsupportedMediaType  415    unsupported_media_type
      +-- RateLimited           429    capacity: too many runs or connections (Retry-After)
@@ -130,6 +131,11 @@ class NotFound(GatewayError, status=404, code="not_found"):
 class SnapshotGone(GatewayError, status=410, code="snapshot_gone"):
     """The snapshot existed and went: its TTL passed, it was evicted or deleted, or the
     gateway that held it stopped."""
+
+
+class FilesGone(GatewayError, status=410, code="files_gone"):
+    """`files_from` names a run whose files were not kept (`keep_files`), or went: past
+    its owner's upload quota, or after `upload_ttl`. The client adds them again."""
 
 
 class SnapshotElsewhere(GatewayError, status=409, code="snapshot_elsewhere"):

@@ -42,7 +42,7 @@ DOCUMENTED_ERRORS: dict[int, set[str]] = {
     404: {"not_found"},
     405: {"method_not_allowed"},
     409: {"snapshot_elsewhere"},
-    410: {"snapshot_gone"},
+    410: {"snapshot_gone", "files_gone"},
     413: {"payload_too_large"},
     415: {"unsupported_media_type"},
     429: {"capacity"},

@@ -96,6 +96,7 @@ def test_public_surface_is_declared() -> None:
         "AsyncSession",
         "SnapshotGone",
         "SnapshotElsewhere",
+        "FilesGone",
         "RunOptions",
         "NotebookOptions",
         "NotebookResult",

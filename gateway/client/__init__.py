@@ -34,6 +34,7 @@ from gateway.client.parts import returned_files, run_charts, run_error
 from gateway.client.sessions import AsyncSession, Session
 from gateway.client.stream import RunStream, StreamEvent
 from gateway.errors import (
+    FilesGone,
     Forbidden,
     GatewayError,
     InvalidRequest,
@@ -54,6 +55,7 @@ __all__ = [
     "AsyncGatewayClient",
     "AsyncSession",
     "FileSpec",
+    "FilesGone",
     "Forbidden",
     "GatewayClient",
     "GatewayError",

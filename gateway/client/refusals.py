@@ -24,6 +24,7 @@ import pydantic
 
 from gateway.errors import (
     ConflictingFields,
+    FilesGone,
     Forbidden,
     GatewayError,
     InvalidPath,
@@ -69,6 +70,7 @@ BY_STATUS_AND_CODE: dict[tuple[int, str], type[GatewayError]] = {
         UnsupportedLanguage,
         InvalidPath,
         ConflictingFields,
+        FilesGone,
         Overloaded,
         SandboxError,
         StoreUnavailable,
@@ -88,6 +90,7 @@ STATUS_OF_CODE: dict[str, int] = {
     "not_found": 404,
     "snapshot_elsewhere": 409,
     "snapshot_gone": 410,
+    "files_gone": 410,
     "payload_too_large": 413,
     "capacity": 429,
     "sandbox_unavailable": 503,

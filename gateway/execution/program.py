@@ -38,6 +38,10 @@ class Program:
     allow_errors: bool = False
     files: tuple[StagedFile, ...] = ()
     archive: str | None = None  # an upload id, unpacked into the working folder first
+    # the kept files of an earlier run (`files_from`): an upload id, unpacked like an archive
+    given_upload: str | None = None
+    given_from: str | None = None  # the run that kept them
+    keep_files: bool = False  # keep what is staged with the user's uploads
     entrypoint: str | None = None  # the file a single run runs instead of code
     vars: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -112,6 +116,7 @@ def from_run(request: RunRequest) -> Program:
         cell_names=False,
         keep=request.keep,
         continue_from=request.continue_from,
+        keep_files=request.keep_files,
     )
 
 
@@ -133,4 +138,5 @@ def from_notebook(request: NotebookRequest) -> Program:
         keep=request.keep,
         keep_cells=request.keep_cells,
         continue_from=request.continue_from,
+        keep_files=request.keep_files,
     )

@@ -36,6 +36,9 @@ class RunSummary(Answer):
         f"{FIRST_LINE_CHARS} characters; for an `entrypoint`, the command that ran it"
     )
     exit_code: int | None
+    name: str | None = Field(
+        None, description="a replay: the notebook's file name, when its request gave one"
+    )
     continued_from: str | None = Field(
         None,
         description=(
@@ -78,5 +81,6 @@ def summary_json(fields: dict[str, Any]) -> dict[str, Any]:
         "finished_at": fields.get("finished_at"),
         "first_line": first_line(str(fields.get("code") or "")),
         "exit_code": fields.get("exit_code"),
+        "name": fields.get("name"),
         "continued_from": fields.get("continued_from"),
     }

@@ -2,7 +2,7 @@
 
 The body is a notebook itself (it has `nbformat` at the top) or `{notebook, timeout,
 cell_timeout, allow_errors, files, return_files, vars, env, network, keep, from,
-rebuild}`. The notebook is
+rebuild, keep_files, files_from, name}`. The notebook is
 checked by nbformat's own validator (older formats are converted to v4 first, as Jupyter
 does), so a 400 carries nbformat's reason. Validating a large notebook is CPU work:
 handlers parse in a thread.
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeGuard
 
 import nbformat
-from pydantic import Field, WithJsonSchema
+from pydantic import AfterValidator, Field, WithJsonSchema
 from pydantic import model_validator as model_check
 
 from gateway.errors import ConflictingFields, InvalidRequest, PayloadTooLarge, UnsupportedLanguage
@@ -24,10 +24,38 @@ from gateway.jsoncodec import JsonLimits, JsonShape, parse_json, scan
 from gateway.models.base import Body
 from gateway.models.common import LANGUAGES, Language
 from gateway.models.languages import KERNEL_LANGUAGES, notebook_metadata
-from gateway.models.run import Environment, FileBody, ReturnPattern, SnapshotId
+from gateway.models.run import (
+    FILES_FROM,
+    KEEP_FILES,
+    Environment,
+    FileBody,
+    ReturnPattern,
+    RunId,
+    SnapshotId,
+)
 from gateway.models.stream import REF, Ref
 
 _REASON_CHARS = 500
+MAX_NAME_CHARS = 255
+
+
+def notebook_name(value: str) -> str:
+    if (
+        not value.strip()
+        or len(value) > MAX_NAME_CHARS
+        or "/" in value
+        or "\\" in value
+        or any(ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise InvalidRequest(
+            f"`name` must be a file name of 1 to {MAX_NAME_CHARS} characters, without `/`, "
+            "`\\` or control characters.",
+            field="name",
+        )
+    return value
+
+
+NotebookName = Annotated[str, AfterValidator(notebook_name)]
 
 
 class NotebookBody(Body):
@@ -89,6 +117,16 @@ class NotebookBody(Body):
         None, alias="from", description="as a run's `from`: the replay starts from a snapshot"
     )
     rebuild: bool | None = Field(None, description="as a run's `rebuild`")
+    keep_files: bool | None = Field(None, description=KEEP_FILES)
+    files_from: RunId | None = Field(None, description=FILES_FROM)
+    name: NotebookName | None = Field(
+        None,
+        description=(
+            "the notebook's file name (e.g. `analysis.ipynb`), kept in the record and in "
+            "`GET /v1/runs`, so that a history lists the replay under it; at most "
+            f"{MAX_NAME_CHARS} characters, no `/`, no control characters"
+        ),
+    )
 
     @model_check(mode="after")
     def _snapshots(self) -> NotebookBody:

@@ -176,7 +176,9 @@ class Verdict:
 
 
 # The gateway's own fields: stored with the record, never sent.
-PRIVATE_FIELDS = frozenset({"user", "code", "created_at", "notebook", "result_note", "kind"})
+PRIVATE_FIELDS = frozenset(
+    {"user", "code", "created_at", "notebook", "result_note", "kind", "files_upload"}
+)
 
 
 class SnapshotInfo(BaseModel):
@@ -208,6 +210,22 @@ class SnapshotInfo(BaseModel):
             "null while it is kept; once it went, why (expired, evicted, deleted, its "
             "gateway stopped), as the 410 snapshot_gone says it"
         ),
+    )
+
+
+class FilesGiven(BaseModel):
+    """The files a run was given (`files`, and those of `files_from`), as they were staged."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
+    count: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+    kept: bool = Field(
+        description=(
+            "kept with the caller's uploads (`keep_files`): a later run can stage them again "
+            "with `files_from: <this run's id>` until they go (past the upload quota, or "
+            "after `upload_ttl`), which it is then told (410 files_gone)"
+        )
     )
 
 
@@ -297,6 +315,12 @@ class RunRecord(BaseModel):
             "from nothing"
         ),
     )
+    name: str | None = Field(
+        None, description="a replay: the notebook's file name, as its request gave it"
+    )
+    files_given: FilesGiven | None = Field(
+        None, description="the files the run was given; null when it was given none"
+    )
     started_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
     finished_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
     notes: list[str] = Field(
@@ -316,6 +340,8 @@ class RunRecord(BaseModel):
     result_note: str | None = Field(None, exclude=True)
     # what was asked: a run (code or an entrypoint) or a notebook replay (GET /v1/runs)
     kind: Literal["run", "notebook"] = Field("run", exclude=True)
+    # the upload that keeps the files it was given (`files_given.kept`)
+    files_upload: str | None = Field(None, exclude=True)
     _started: float | None = PrivateAttr(None)  # monotonic, for `usage.wall_ms`
 
     # --- its life -----------------------------------------------------------------------
@@ -381,6 +407,7 @@ class RunRecord(BaseModel):
         data["usage"] = self.usage.to_json()
         data["snapshot"] = None if self.snapshot is None else self.snapshot.model_dump()
         data["snapshots"] = [s.model_dump() for s in self.snapshots]
+        data["files_given"] = None if self.files_given is None else self.files_given.model_dump()
         return data
 
     def to_storage(self) -> dict[str, Any]:

@@ -63,6 +63,8 @@ class RunRequest:
     keep: bool = False  # keep the final state as a snapshot
     continue_from: str | None = None  # a snapshot's id to start from
     rebuild: bool = False  # replay its chain's code where it cannot be forked
+    keep_files: bool = False  # keep the staged files for a later run's `files_from`
+    files_from: str | None = None  # a run of the same user whose kept files are staged
 
     @property
     def source(self) -> str:
@@ -92,6 +94,9 @@ class NotebookRequest:
     keep_cells: bool = False  # and the state after each code cell (`keep: "cells"`)
     continue_from: str | None = None  # a snapshot's id to start from
     rebuild: bool = False  # replay its chain's code where it cannot be forked
+    keep_files: bool = False  # keep the staged files for a later run's `files_from`
+    files_from: str | None = None  # a run of the same user whose kept files are staged
+    name: str | None = None  # the notebook's file name, for listings
 
     @property
     def code(self) -> str:

@@ -85,6 +85,29 @@ def snapshot_id(value: str) -> str:
 
 
 SnapshotId = Annotated[str, AfterValidator(snapshot_id)]
+RUN_ID = re.compile(r"run_[0-9a-f]{1,64}")
+
+
+def run_id(value: str) -> str:
+    if not RUN_ID.fullmatch(value):
+        raise InvalidRequest(f"{value[:80]!r} is not a run id.", field="files_from")
+    return value
+
+
+RunId = Annotated[str, AfterValidator(run_id)]
+KEEP_FILES = (
+    "keep the files this request stages (`files`, and those of `files_from`) with the "
+    "caller's uploads, within their upload quota (`max_uploads_per_user`, "
+    "`max_upload_store_bytes_per_user`; past it the oldest go) for `upload_ttl` (24 h), so "
+    "that a later run can stage them again with `files_from`; the record's `files_given` "
+    "says whether they were kept"
+)
+FILES_FROM = (
+    "stage the files an earlier run of the caller was given and kept (`keep_files`), as "
+    "they were; entries of `files` replace those of the same path. A run that is not the "
+    "caller's: 404; one whose files were not kept, or went (past the quota, or expired): "
+    "410 files_gone (add them again)"
+)
 
 
 def checked_path(value: Any, field: str) -> str:
@@ -282,6 +305,8 @@ class RunBody(Body):
             '"replay"`; its files are not replayed. Without it such a run is refused'
         ),
     )
+    keep_files: bool | None = Field(None, description=KEEP_FILES)
+    files_from: RunId | None = Field(None, description=FILES_FROM)
     working_dir: FolderPath | None = Field(
         None,
         json_schema_extra={"minLength": 1},
@@ -306,6 +331,10 @@ class RunBody(Body):
         check_vars(self.vars or {}, self.language)
         if self.rebuild and self.from_ is None:
             raise InvalidRequest("`rebuild` needs `from`.", field="rebuild")
+        if self.archive is not None and self.files_from is not None:
+            raise ConflictingFields(
+                "Give either `archive` or `files_from`, not both.", field="files_from"
+            )
         if (self.keep or self.from_ is not None) and (self.network or self.working_dir):
             raise ConflictingFields(
                 "A kept or continued run has a working folder of its own and no network.",

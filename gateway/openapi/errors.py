@@ -30,7 +30,7 @@ ERROR_CODES: dict[int, list[str]] = {
     404: ["not_found"],
     405: ["method_not_allowed"],
     409: ["snapshot_elsewhere"],
-    410: ["snapshot_gone"],
+    410: ["snapshot_gone", "files_gone"],
     413: ["payload_too_large"],
     415: ["unsupported_media_type"],
     429: ["capacity"],
@@ -46,7 +46,8 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "an unknown field (`field` names the first one), a missing `code`; "
         "`unsupported_language`: the message lists the supported ones; `invalid_path`: a path "
         "that is absolute, contains `..` or NUL, or names a file that is also a folder; "
-        "`conflicting_fields`: `code` and `entrypoint` together, or `keep`/`from` with "
+        "`conflicting_fields`: `code` and `entrypoint` together, `archive` and `files_from`, "
+        "or `keep`/`from` with "
         "`network` or `working_dir`; `snapshot_unsupported`: `keep` or `from` for a language "
         "or backend whose kernels cannot be kept. `field` names the offending "
         "field, e.g. `files[2].path`.",
@@ -82,7 +83,8 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
         "`snapshot_gone`: the snapshot named in `from` (or the address) existed and went: "
         "its TTL passed, its owner's snapshot limits evicted it, it was deleted, or its "
         "gateway stopped or restarted. The message says which. A run is never started from nothing "
-        "instead.",
+        "instead. `files_gone`: the run named in `files_from` kept no files (no `keep_files`), "
+        "or they went (past its owner's upload quota, or after `upload_ttl`): add them again.",
     ),
     413: (
         "PayloadTooLarge",

@@ -1,9 +1,12 @@
-"""Attach an upload to a run: the archive's files are staged first, then the run's own
-`files`, which replace archive entries of the same path.
+"""Attach an upload to a run: the archive's files (or the files an earlier run was given
+and kept: `files_from`) are staged first, then the run's own `files`, which replace their
+entries of the same path.
 
-The run service calls `check_archive` when it admits a run (a missing or someone else's
-upload is a 404 at once), and `archive_files` once the run holds a slot, so that an archive
-is unpacked only then, never while the run waits in the queue.
+The run service calls `check_archive` and `given_upload` when it admits a run (a missing or
+someone else's upload or run is a 404 at once; files that went, 410), `archive_files` once
+the run holds a slot, so that an archive is unpacked only then, never while the run waits
+in the queue, and then `keep_given`, which says in the record what the run was given and
+keeps it for a later run if asked (`keep_files`: `gateway.uploads.kept`).
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ import asyncio
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
-from gateway.errors import Forbidden, GatewayError, InvalidPath
+from gateway.errors import FilesGone, Forbidden, GatewayError, InvalidPath, NotFound
 from gateway.execution.program import Program
+from gateway.models.record import FilesGiven, RunRecord
 from gateway.models.request import StagedFile
+from gateway.store.base import RecordStore
 from gateway.uploads.archives import Unpacked
 from gateway.uploads.service import UploadService
 
 MAX_LISTED = 5  # names listed in a note before "and N more"
+KEEP_FILES_WAIT = 2.0  # seconds a run waits for a turn to keep its files (uploads' turns)
 
 
 async def archive_files(
@@ -26,17 +32,23 @@ async def archive_files(
 ) -> tuple[tuple[StagedFile, ...], tuple[str, ...]]:
     """What to stage for a program: its archive's files (unpacked now, once the run holds a
     slot) that `files` does not replace, then `files`; and notes for the record."""
-    if program.archive is None:
+    if program.given_upload is not None and uploads is not None:
+        try:
+            unpacked = await uploads.unpack_kept(program.given_upload, program.user)
+        except NotFound:  # it went while the run waited for its slot
+            raise files_gone(program.given_from or "") from None
+    elif program.archive is None:
         return program.files, ()
-    if uploads is None or not uploads.config.allow_uploads:
+    elif uploads is None or not uploads.config.allow_uploads:
         raise Forbidden(
             "Archives are disabled on this gateway.", field="archive", code="archive_mode_disabled"
         )
-    try:
-        unpacked = await uploads.unpack(program.archive, program.user)
-    except GatewayError as exc:
-        exc.field = "archive"
-        raise
+    else:
+        try:
+            unpacked = await uploads.unpack(program.archive, program.user)
+        except GatewayError as exc:
+            exc.field = "archive"
+            raise
     kept, notes = await asyncio.to_thread(merge_archive, program.files, unpacked)
     staged = kept + program.files
     entrypoint = program.entrypoint
@@ -65,6 +77,59 @@ async def check_archive(uploads: UploadService | None, upload_id: str | None, us
     except GatewayError as exc:
         exc.field = "archive"
         raise
+
+
+async def given_upload(
+    store: RecordStore, uploads: UploadService | None, run_id: str, user: str
+) -> str:
+    """Before a run is admitted: the upload that keeps the files `run_id` was given
+    (`files_from`), which must be the caller's run (404) and still kept (410)."""
+    record = await store.get(run_id)
+    if record is None or record.user != user:
+        raise NotFound(f"There is no run {run_id!r}.", field="files_from")
+    if record.files_upload is None or uploads is None:
+        given = record.files_given
+        why = "was given no files" if given is None else "did not keep its files (`keep_files`)"
+        raise FilesGone(f"The run {run_id} {why}: add them again.", field="files_from")
+    try:
+        await uploads.find(record.files_upload, user)
+    except NotFound:
+        raise files_gone(run_id) from None
+    return record.files_upload
+
+
+def files_gone(run_id: str) -> FilesGone:
+    return FilesGone(
+        f"The files the run {run_id} was given are gone (kept files go after `upload_ttl`, "
+        "and a user's oldest uploads go past their upload quota): add them again.",
+        field="files_from",
+    )
+
+
+async def keep_given(
+    uploads: UploadService | None,
+    record: RunRecord,
+    program: Program,
+    files: tuple[StagedFile, ...],
+) -> None:
+    """Once staged: say in the record what files the run was given, and keep them if asked
+    (`keep_files`): as the upload they came from when they are exactly its files, else as a
+    new upload of the user's. Not kept (a note says why) never stops the run."""
+    if not files:
+        return
+    given = FilesGiven(count=len(files), bytes=sum(len(f.data) for f in files), kept=False)
+    record.files_given = given
+    if not program.keep_files or uploads is None:
+        return
+    if program.given_upload is not None and not program.files:
+        record.files_upload, given.kept = program.given_upload, True
+        return
+    try:
+        upload = await uploads.keep_files(files, record.user, wait=KEEP_FILES_WAIT)
+    except GatewayError as exc:
+        record.notes.append(f"The files were not kept: {exc.message}")
+        return
+    record.files_upload, given.kept = upload.id, True
 
 
 def merge_archive(

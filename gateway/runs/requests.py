@@ -61,6 +61,8 @@ def run_request(body: RunBody, policy: RequestPolicy, caller: Principal) -> RunR
         keep=bool(body.keep),
         continue_from=body.from_,
         rebuild=bool(body.rebuild),
+        keep_files=bool(body.keep_files),
+        files_from=body.files_from,
     )
 
 
@@ -102,6 +104,9 @@ def notebook_request(
         keep_cells=body.keep == "cells",
         continue_from=body.from_,
         rebuild=bool(body.rebuild),
+        keep_files=bool(body.keep_files),
+        files_from=body.files_from,
+        name=body.name,
     )
 
 

@@ -35,7 +35,7 @@ from gateway.models.ipynb import store_notebook
 from gateway.models.languages import traits
 from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
-from gateway.runs.attach import archive_files, check_archive
+from gateway.runs.attach import archive_files, check_archive, given_upload, keep_given
 from gateway.runs.bounds import bound_record
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.lineage import Lineage, say_gone
@@ -178,6 +178,7 @@ class RunService:
         the request's room in the bodies budget, released once the run's record is final
         (or at once, if the run is not admitted)."""
         await check_archive(self.uploads, request.archive, request.user)
+        program = await self._given(from_run(request), request)
         record = RunRecord(
             id=new_run_id(),
             language=request.language,
@@ -185,7 +186,14 @@ class RunService:
             code=request.source,
             continued_from=request.continue_from,
         )
-        return await self._continuing(record, from_run(request), request, held)
+        return await self._continuing(record, program, request, held)
+
+    async def _given(self, program: Program, request: RunRequest | NotebookRequest) -> Program:
+        """`files_from`: the upload that keeps that run's files, checked now (404, 410)."""
+        if request.files_from is None:
+            return program
+        upload = await given_upload(self.store, self.uploads, request.files_from, request.user)
+        return dataclasses.replace(program, given_upload=upload, given_from=request.files_from)
 
     async def _continuing(
         self,
@@ -264,16 +272,18 @@ class RunService:
         self, request: NotebookRequest, held: Hold | None = None
     ) -> ActiveRun:
         """Admit a notebook replay and start it as a task; the returned record is `queued`."""
+        program = await self._given(from_notebook(request), request)
         record = RunRecord(
             id=new_run_id(),
             language=request.language,
             user=request.user,
             code=request.code,
             kind="notebook",
+            name=request.name,
         )
         record.continued_from = request.continue_from
         store_notebook(record, request.notebook)
-        return await self._continuing(record, from_notebook(request), request, held)
+        return await self._continuing(record, program, request, held)
 
     async def _available(self, language: Language) -> None:
         """A language whose kernel may be missing (R) is refused where the backend's kernels
@@ -352,6 +362,7 @@ class RunService:
                 record.notes.extend(program.notes)
                 await self.store.update(record)  # it holds a slot: so other replicas see it
                 files, notes = await archive_files(self.uploads, program)
+                await keep_given(self.uploads, record, program, files)
                 execution = Execution(
                     program, record, self.config.execution, active.cancel, active.events
                 )

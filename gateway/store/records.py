@@ -84,6 +84,7 @@ def summary(record: RunRecord) -> str:
         "code": record.code,
         "exit_code": record.exit_code,
         "continued_from": record.continued_from,
+        "name": record.name,
     }
     return json.dumps(summary_json(fields), separators=_SEPARATORS)
 

@@ -27,6 +27,10 @@ class UploadsConfig:
     max_concurrent_uploads: int
     max_concurrent_uploads_per_user: int
     upload_wait_timeout: float
+    # what a run's staged files may be, as a run's kept files are read back (`kept.py`)
+    max_files: int
+    max_file_bytes: int
+    max_files_bytes: int
 
     def archive_limits(self) -> ArchiveLimits:
         return ArchiveLimits(

@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from gateway.budget import ByteBudget
 from gateway.errors import NotFound, RateLimited
+from gateway.models.request import StagedFile
+from gateway.uploads import kept
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
 from gateway.uploads.config import UploadsConfig
 from gateway.uploads.shelf import UPLOAD_ID, ShelvedUpload, UploadShelf, new_upload_id
@@ -33,7 +35,8 @@ __all__ = ["UPLOAD_ID", "ShelvedUpload", "UploadService", "new_upload_id"]
 
 
 class UploadService:
-    """Uploaded archives. Handlers call `create`; runs call `unpack`."""
+    """Uploaded archives. Handlers call `create`; runs call `unpack`, and `keep_files` and
+    `unpack_kept` for the files they were given (`keep_files`, `files_from`)."""
 
     def __init__(self, config: UploadsConfig, shelf: UploadShelf) -> None:
         self.config = config
@@ -59,8 +62,8 @@ class UploadService:
             )
 
     @contextlib.asynccontextmanager
-    async def _turn(self, user: str) -> AsyncIterator[None]:
-        wait = self.config.upload_wait_timeout
+    async def _turn(self, user: str, wait: float | None = None) -> AsyncIterator[None]:
+        wait = self.config.upload_wait_timeout if wait is None else wait
         try:
             hold = await self.turns.take(1, user, timeout=wait)
         except TimeoutError:
@@ -76,6 +79,25 @@ class UploadService:
         with hold:
             yield
 
+    async def keep_files(
+        self, files: Sequence[StagedFile], user: str, wait: float
+    ) -> ShelvedUpload:
+        """Keep a run's staged files for `user` as an upload of the gateway's own making
+        (`kept.py`), in turn and within their quota, as an upload is kept; raises
+        RateLimited when no turn came within `wait` seconds (a run does not wait long)."""
+        async with self._turn(user, wait):
+            data = await asyncio.to_thread(kept.pack, files)
+            unpacked_bytes = sum(len(f.data) for f in files)
+            return await self.shelf.keep(user, data, len(files), unpacked_bytes, self.quota)
+
+    async def unpack_kept(self, upload_id: str, user: str) -> Unpacked:
+        """The files `keep_files` kept, read back under the limits of a request's `files`
+        (NotFound when they went)."""
+        limits = kept.limits(
+            self.config.max_files, self.config.max_file_bytes, self.config.max_files_bytes
+        )
+        return await self._unpack(upload_id, user, limits)
+
     async def find(self, upload_id: str, user: str) -> ShelvedUpload:
         """`user`'s upload, checked to exist (cheap: nothing is unpacked). A missing,
         expired or someone else's upload is NotFound."""
@@ -89,11 +111,14 @@ class UploadService:
     async def unpack(self, upload_id: str, user: str) -> Unpacked:
         """The files of `user`'s upload, checked again while unpacked. A missing, expired or
         someone else's upload is NotFound."""
+        return await self._unpack(upload_id, user, self.limits)
+
+    async def _unpack(self, upload_id: str, user: str, limits: ArchiveLimits) -> Unpacked:
         await self.find(upload_id, user)
         data = await self.shelf.read(upload_id)
         if data is None:  # expired between the look-up and the read
             raise _missing(upload_id)
-        return await asyncio.to_thread(read_archive, io.BytesIO(data), self.limits, keep=True)
+        return await asyncio.to_thread(read_archive, io.BytesIO(data), limits, keep=True)
 
 
 def _missing(upload_id: str) -> NotFound:
