@@ -101,3 +101,40 @@ def test_a_notebook_imports_modules_from_its_own_folder(client: Client) -> None:
     answer = response.json()
     assert answer["run"]["status"] == "succeeded", answer["run"]["error"]
     assert answer["run"]["stdout"] == "Writing written_helper.py\n42\n"
+
+
+def test_an_executed_notebook_is_the_size_jupyters_would_be(client: Client) -> None:
+    """Issue 33, item 7: a chart's plotted points stay in the record's `charts`, where
+    agents read them; the notebook's outputs keep what Jupyter would write (and the chart's
+    title), not every point again."""
+    points = 1000
+    notebook = python_notebook(
+        "import matplotlib.pyplot as plt\n"
+        f"xs = list(range({points}))\n"
+        "for k in range(3): plt.plot(xs, [x * k * 0.5 for x in xs], label=f's{k}')\n"
+        "plt.title('many points'); plt.show()",
+        "plt.bar(['a', 'b'], [3, 4]); plt.title('bars')",
+    )
+    response = client.request("POST", "/v1/notebooks/run", {"notebook": notebook})
+    assert response.status == 200, response.body[:500]
+    answer = response.json()
+    charts = answer["run"]["charts"]
+    assert [c["spec"]["title"] for c in charts] == ["many points", "bars"]
+    assert [len(s["y"]) for s in charts[0]["spec"]["series"]] == [points] * 3
+    outputs = [o for cell in answer["notebook"]["cells"] for o in cell["outputs"]]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 2
+    for output, title in zip(images, ["many points", "bars"], strict=True):
+        assert output["metadata"].get("gateway", {}).get("title") == title
+        assert "spec" not in output["metadata"].get("gateway", {})
+    # the notebook as downloaded: its images and little else
+    run_id = answer["run"]["id"]
+    stored = client.request("GET", f"/v1/runs/{run_id}/notebook")
+    assert stored.status == 200
+    png_bytes = sum(len(o["data"]["image/png"]) for o in images)
+    assert len(stored.body) < png_bytes + 20_000, (len(stored.body), png_bytes)
+    assert b'"series"' not in stored.body
+    # a single run's outputs are slim too; its record keeps the points
+    record = client.request("POST", "/v1/runs", {"code": notebook["cells"][0]["source"]}).json()
+    assert len(record["charts"][0]["spec"]["series"][0]["y"]) == points
+    assert all("spec" not in o.get("metadata", {}).get("gateway", {}) for o in record["outputs"])

@@ -17,6 +17,7 @@ from gateway.models.record import ChartSpec
 
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
 PLOTLY_MIME = "application/vnd.plotly.v1+json"  # the figure's JSON (kernels/python/startup.py)
+TITLE_CHARS = 200  # of a chart's title, kept in its output's metadata
 
 
 def _gateway_meta(output: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +47,29 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def charts_from_outputs(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def slimmed(metadata: Any) -> tuple[Any, Any]:
+    """An output's metadata as a notebook keeps it, and the chart data it carried: our
+    kernels describe a chart in `metadata.gateway.spec` (every plotted point, up to 1000 a
+    series: hundreds of KiB), which the record's `charts` keep; the output keeps only the
+    chart's `title` there (at most `TITLE_CHARS`), so that an executed notebook is the size
+    Jupyter's would be."""
+    meta = metadata.get("gateway") if isinstance(metadata, dict) else None
+    if not isinstance(meta, dict) or "spec" not in meta:
+        return metadata, None
+    kept = {key: value for key, value in meta.items() if key != "spec"}
+    spec = meta["spec"]
+    title = spec.get("title") if isinstance(spec, dict) else None
+    if isinstance(title, str) and title:
+        kept["title"] = title[:TITLE_CHARS]
+    return {**metadata, "gateway": kept}, spec
+
+
+def charts_from_outputs(
+    outputs: list[dict[str, Any]], specs: dict[int, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The charts among `outputs`; `specs` are the chart data the outputs carried, by
+    their `id()` (`slimmed`)."""
+    specs = specs or {}
     charts: list[dict[str, Any]] = []
     for output in outputs:
         if output.get("output_type") not in ("display_data", "execute_result"):
@@ -69,7 +92,7 @@ def charts_from_outputs(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
             if isinstance(meta.get("path"), str) and meta["path"]:
                 chart["path"] = meta["path"]
-            spec = _spec(meta.get("spec"))
+            spec = _spec(specs.get(id(output), meta.get("spec")))
             if spec is not None:
                 chart["spec"] = spec
             charts.append(chart)

@@ -15,6 +15,7 @@ from typing import Any
 from nbformat import ValidationError
 from nbformat.v4 import output_from_msg
 
+from gateway.execution.charts import slimmed
 from gateway.execution.errorcap import cap_error
 from gateway.execution.textcap import (
     HeadTail,
@@ -50,6 +51,7 @@ class _Entry:
     display_id: str | None = None
     size: int = 0  # of the output as JSON, for the display cap
     payload: int | None = None  # of its {"data", "metadata"} as JSON, once it was updated
+    spec: Any = None  # the chart's data its metadata carried (`charts.slimmed`)
 
 
 class _KeptOutputs(HeadTail[_Entry]):
@@ -188,10 +190,11 @@ class OutputCollector:
         self._kept.add(_Entry({"output_type": "stream", "name": name, "text": text}), size)
 
     def _add_rich(self, entry: _Entry) -> None:
-        size = json_size(entry.output, self.caps.max_depth)
+        size = json_size(entry.output, self.caps.max_depth)  # the chart's data counted too
         if size is None:
             self._not_kept_deep += 1
             return
+        entry.output["metadata"], entry.spec = slimmed(entry.output.get("metadata"))
         self._keep_rich(entry, size)
 
     def _keep_rich(self, entry: _Entry, size: int) -> None:
@@ -212,6 +215,7 @@ class OutputCollector:
         if size is None:
             self._not_kept_deep += 1
             return
+        update["metadata"], spec = slimmed(update["metadata"])
         for entry in self._kept.pieces():
             if entry.display_id != display_id:
                 continue
@@ -225,7 +229,7 @@ class OutputCollector:
                 continue
             self._display_bytes += new - entry.size
             entry.output = {**entry.output, **update}
-            entry.size, entry.payload = new, size
+            entry.size, entry.payload, entry.spec = new, size, spec
             self._notify(entry.output, display_id, True)
         if self.on_display is not None:  # earlier cells' outputs, as Jupyter does
             self.on_display(display_id, update["data"], update["metadata"])
@@ -241,6 +245,11 @@ class OutputCollector:
         self._notify({"output_type": "clear_output"}, None, True)
 
     # --- results ----------------------------------------------------------------------
+
+    def chart_specs(self) -> dict[int, Any]:
+        """The chart data each kept output carried, by the output's `id()` (the outputs
+        themselves keep only its title: `charts.slimmed`)."""
+        return {id(e.output): e.spec for e in self._kept.pieces() if e.spec is not None}
 
     def outputs(self) -> list[dict[str, Any]]:
         """The nbformat outputs, in order, with the cut middle marked."""

@@ -146,10 +146,11 @@ class RunResult:
         self.received += collector.received_bytes
         self.notes.extend(self._named(name, note) for note in collector.final_notes())
         kept: list[dict[str, Any]] = []
+        specs = collector.chart_specs()
         for output in collector.outputs():
             if output["output_type"] in _RICH:
                 self.display += len(json.dumps(output))
-                self.charts.extend(charts_from_outputs([output]))
+                self.charts.extend(charts_from_outputs([output], specs))
                 if is_saved_chart(output) and not self.program.keep_saved_charts:
                     # Jupyter shows nothing for a savefig call: the chart is the record's
                     continue
