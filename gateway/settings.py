@@ -269,10 +269,10 @@ class Settings(BaseModel):
         1, "never-used Deno kernels (JavaScript, TypeScript) kept ready (0: no pool)", ge=0, le=64
     )
     pool_r: int = setting(
-        0,
-        "never-used R kernels kept ready (0: no pool; the kernel image's datascience profile "
-        "has R)",
-        ge=0,
+        -1,
+        "never-used R kernels kept ready (-1: one when the backend's kernels have R, as the "
+        "kernel image's datascience profile does; 0: no pool)",
+        ge=-1,
         le=64,
     )
     preload: tuple[str, ...] = setting(

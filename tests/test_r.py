@@ -254,6 +254,27 @@ def test_a_pooled_r_kernel_serves_a_run(gateway: GatewayThread) -> None:
         server.stop()
 
 
+def test_one_r_kernel_is_pooled_by_default_where_the_kernels_have_r(
+    gateway: GatewayThread,
+) -> None:
+    """Issue 33: R starts cold in 1.5-2 s, so by default one R kernel is kept ready where the
+    backend's kernels have R, and none where they do not (it could never start)."""
+    has_r = "r" in kernel_environment.environment(gateway)["languages"]
+    others = {"pool_python": 0, "pool_bash": 0, "pool_deno": 0}  # pool_r left at its default
+    server = GatewayThread(backend=gateway.backend_name, **others).start()
+    try:
+        pools = server.gateway.services.runs.pools  # type: ignore[union-attr]
+        wanted = 1 if has_r else 0
+        assert wait_for(lambda: pools.describe()["irkernel"]["size"] == wanted, timeout=60)
+        if has_r:
+            assert wait_for(lambda: pools.describe()["irkernel"]["ready"] == 1, timeout=120)
+            record = run_r(server.client(), "cat(6 * 7)")
+            assert (record["status"], record["stdout"]) == ("succeeded", "42")
+            assert pools.describe()["irkernel"]["hits"] == 1
+    finally:
+        server.stop()
+
+
 def test_without_r_a_run_in_r_is_refused_saying_why(local_client: Client) -> None:
     """Where the kernels have no R (here: the local backend on a machine without R), a run in
     R is 400 unsupported_language saying so (API.md), as is a notebook in R: no sandbox is

@@ -37,7 +37,7 @@ from gateway.execution.kernel import Wire
 from gateway.execution.session import KernelSession, start_session
 from gateway.metrics import Metrics
 from gateway.models.common import Language
-from gateway.models.languages import Kernel, traits
+from gateway.models.languages import TRAITS, Kernel, traits
 from gateway.sandbox.base import Sandbox, SandboxBackend, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ STARTED_AS: dict[Kernel, Language] = {
     "deno": "javascript",
     "irkernel": "r",
 }
+# A pool of this size holds one kernel when the backend's kernels have its language (R: only
+# the kernel image's datascience profile has it), else none: decided once, when it starts.
+WHEN_PRESENT = -1
 GIVE_UP_AFTER = 3  # a pool whose kernels fail to start this many times in a row is turned off
 
 
@@ -328,6 +331,7 @@ class Pools:
     async def _refill(self) -> None:
         """One kernel at a time for all pools, the emptiest first; never under memory
         pressure."""
+        await self._size_when_present()
         while not self.closing:
             self._wake.clear()
             self._check_memory()
@@ -347,6 +351,19 @@ class Pools:
                     continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), WATCH_INTERVAL)
+
+    async def _size_when_present(self) -> None:
+        """Pools of size `WHEN_PRESENT`: one kernel if the backend's kernels have its
+        language (their environment, which the backend reads once), else none."""
+        waiting = [pool for pool in self.pools.values() if pool.size == WHEN_PRESENT]
+        if not waiting:
+            return
+        found = await self.backend.environment()
+        languages = {} if found is None else found.found.get("languages") or {}
+        for pool in waiting:
+            present = any(TRAITS[name].kernel == pool.kind for name in languages if name in TRAITS)
+            pool.size = 1 if present else 0
+            log.info("the %s pool holds %d: %s", pool.kind, pool.size, _why(present))
 
     def _check_memory(self) -> None:
         free = available_memory()
@@ -431,3 +448,7 @@ class Pools:
             }
             for kind, pool in self.pools.items()
         }
+
+
+def _why(present: bool) -> str:
+    return "its kernel is in the backend's kernels" if present else "no kernel of its kind"
