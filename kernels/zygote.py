@@ -18,7 +18,8 @@ descriptors ride along.
                        with a workspace a detached bind mount of it (`open_tree`), and
                        last a memfd of the request itself: {"uid", "gid", "network",
                        "hostname", "tmp_bytes", "work_bytes", "argv", "cgroups", "cgroupfs",
-                       "connection" (with the HMAC key), "env"}. The parent passes it on
+                       "passwd", "group" (the sandbox's account files), "connection"
+                       (with the HMAC key), "env"}. The parent passes it on
                        unread and only the forked child reads it: a fork copies the
                        parent's memory, freed parts too, so a request the parent had read
                        would be in every later kernel's memory (another tenant's uid,
@@ -35,7 +36,8 @@ the request; join the sandbox's cgroups; unshare mount, UTS, IPC, cgroup (and, w
 `network`, net) namespaces; make every mount private; detach the
 parent's /proc, /run, /tmp and /dev/pts, then a fresh /proc, /run, /tmp, /dev/shm, /dev/pts,
 working folder and socket folder (tmpfs, the operator's sizes);
-the hostname; the connection file; then drop to the sandbox uid/gid with no supplementary
+the hostname; the connection file; /etc/hostname, /etc/passwd and /etc/group, read-only
+binds of files on its own /run; then drop to the sandbox uid/gid with no supplementary
 groups, no capability in any set (bounding, ambient, inheritable, permitted, effective),
 `no_new_privs`, and the seccomp filter the gateway compiled; fork the kernel process itself
 (pid 2; pid 1 stays behind as a reaper of orphans, like Docker's init), which closes every
@@ -94,7 +96,8 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 MAX_MESSAGE = 1 << 16
 SOCKET_DIR = "/run/kernel"
 WORKDIR = "/workspace"
-GATEWAY_DIR = "/run/gateway"  # root's: the connection file, the hostname
+GATEWAY_DIR = "/run/gateway"  # root's: the connection file, the hostname, the accounts
+ACCOUNT_FILES = ("passwd", "group")  # /etc's, each the request's (the sandbox user's name)
 CONNECTION_FILE = f"{GATEWAY_DIR}/connection.json"
 KERNEL_LOG = f"{SOCKET_DIR}/kernel.log"
 
@@ -477,17 +480,18 @@ def _folders(request: dict[str, Any], workspace: int | None) -> None:
 
 
 def _files(request: dict[str, Any]) -> int:
-    """The hostname's file, the connection file, and the kernel's log as stdout and stderr
-    (its descriptor is returned)."""
+    """The hostname's file, the account files, the connection file, and the kernel's log as
+    stdout and stderr (its descriptor is returned)."""
     uid, gid = int(request["uid"]), int(request["gid"])
     name = str(request["hostname"])
     os.mkdir(GATEWAY_DIR, 0o755)
     _write_readonly(CONNECTION_FILE, json.dumps(request["connection"]))
     _write_readonly(f"{GATEWAY_DIR}/hostname", name + "\n")
     if os.path.exists("/etc/hostname"):  # the backend's top layer has it, as Docker writes it
-        hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
-        _mount(f"{GATEWAY_DIR}/hostname", "/etc/hostname", None, MS_BIND)
-        _mount("none", "/etc/hostname", None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
+        _bind_readonly(f"{GATEWAY_DIR}/hostname", "/etc/hostname")
+    for account in ACCOUNT_FILES:  # the image's, with the sandbox's uid and gid named
+        _write_readonly(f"{GATEWAY_DIR}/{account}", str(request[account]))
+        _bind_readonly(f"{GATEWAY_DIR}/{account}", f"/etc/{account}")
     log = os.open(KERNEL_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     os.fchown(log, uid, gid)
     null = os.open("/dev/null", os.O_RDONLY)
@@ -827,6 +831,13 @@ def _write_readonly(path: str, text: str) -> None:
     with open(path, "w", encoding="utf-8") as out:
         out.write(text)
     os.chmod(path, 0o444)
+
+
+def _bind_readonly(source: str, target: str) -> None:
+    """`source` (a file of the sandbox's own /run) over `target`, read-only."""
+    hidden = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount(source, target, None, MS_BIND)
+    _mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | hidden)
 
 
 def _loopback_up() -> None:

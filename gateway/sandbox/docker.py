@@ -21,7 +21,10 @@ A run without network gets a container with networking disabled in the engine
 a container's set-up CPU. What the engine would have written for it, `/etc/hosts` (the same
 lines as for `none`) and `/etc/hostname` (a random name, also the UTS hostname), comes from
 read-only files of the sandbox folder; there is no `/etc/resolv.conf` (nothing to resolve
-with, and the host's nameserver is not the tenant's business).
+with, and the host's nameserver is not the tenant's business). `/etc/passwd` and
+`/etc/group` are read-only files of the sandbox folder too, for every run: the image's own,
+read once when the backend starts, with the entries of the sandbox's uid and gid
+(`accounts.py`).
 
 Nothing runs inside the container but the kernel. Files go in and come out on the
 gateway's side, through descriptors: staged files are written into the working folder as
@@ -62,6 +65,7 @@ from gateway.errors import SandboxError
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
 from gateway.sandbox import kernelspec
+from gateway.sandbox.accounts import BASE_FILES, MAX_BASE_BYTES, RootAccounts
 from gateway.sandbox.base import (
     BackendContext,
     Death,
@@ -77,6 +81,7 @@ from gateway.sandbox.base import (
 from gateway.sandbox.cgroup import Cgroup
 from gateway.sandbox.docker_events import ExitWatcher
 from gateway.sandbox.environment import EnvironmentCache, read_from_image
+from gateway.sandbox.image_files import read_image_files
 from gateway.sandbox.mounts import bind_fd, mount_tmpfs, remove_tree
 from gateway.sandbox.readback import read_files
 from gateway.sandbox.seccomp import docker_profile
@@ -188,6 +193,7 @@ class DockerBackend(SandboxBackend):
         self._client: docker.DockerClient | None = None
         self._watcher: ExitWatcher | None = None
         self._environment = EnvironmentCache()
+        self.accounts = RootAccounts()  # the image's own, read when the backend starts
 
     @classmethod
     async def probe(cls, config: DockerConfig) -> tuple[bool, str]:
@@ -254,6 +260,10 @@ class DockerBackend(SandboxBackend):
             log.warning(
                 "removed %d containers/volumes a previous run of this gateway left", removed
             )
+        try:
+            self.accounts = await self.call(self._read_accounts)
+        except (SandboxError, docker.errors.DockerException) as exc:  # the minimal ones
+            log.warning("could not read the kernel image's account files: %s", exc)
         self._watcher = ExitWatcher(
             docker.from_env(timeout=timeout), f"{LABEL_INSTANCE}={self.instance_id}"
         )
@@ -274,6 +284,14 @@ class DockerBackend(SandboxBackend):
             self._client = None
         self._kill_executor.shutdown(wait=False, cancel_futures=True)
         await self.tenancy.shutdown()
+
+    def _read_accounts(self) -> RootAccounts:
+        """The kernel image's /etc/passwd, /etc/group and /etc/shells (blocking)."""
+        paths = [f"/{name}" for name in BASE_FILES]
+        labels = {LABEL_INSTANCE: self.instance_id}
+        api = self.client.api
+        found = read_image_files(api, self.config.docker_image, paths, labels, MAX_BASE_BYTES)
+        return RootAccounts.parse(*(found.get(path) for path in paths))
 
     def _check_network(self) -> None:
         """`network: true` joins the operator's own network, never the host's or the
@@ -393,6 +411,13 @@ class DockerSandbox(ExitingSandbox[int | None]):
                 CONNECTION_FILE, str(self.host_dir / "connection.json"), type="bind", read_only=True
             )
         )
+        accounts = self.backend.accounts.for_sandbox(
+            self.identity.uid, self.identity.gid, kernelspec.IMAGE_HOME
+        )
+        mounts += [
+            self._etc_file("passwd", accounts.passwd),
+            self._etc_file("group", accounts.group),
+        ]
         hostname = None
         if not self.spec.network:
             hostname = secrets.token_hex(6)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import os
-import tarfile
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from gateway.sandbox.image_files import read_image_files
 
 ENVIRONMENT_PATH = "/opt/gateway/environment.json"  # in the kernel image (docker/Dockerfile)
 MAX_BYTES = 4 * 1024 * 1024  # a few hundred packages take about 40 KiB
@@ -41,43 +41,15 @@ class EnvironmentCache:
 
 
 def read_from_image(api: Any, image: str, labels: dict[str, str]) -> dict[str, Any] | None:
-    """The image's environment.json, read from a container created (never started) from it
-    and removed at once (blocking: docker's low-level APIClient). None when the image has no
-    such file or it is not a JSON object within `MAX_BYTES`."""
-    import docker.errors
-
-    created = api.create_container(
-        image, command=["true"], labels=labels, network_disabled=True, user="1000:1000"
-    )
-    try:
-        try:
-            stream, stat = api.get_archive(created["Id"], ENVIRONMENT_PATH)
-        except docker.errors.NotFound:
-            log.warning("the kernel image %s has no %s", image, ENVIRONMENT_PATH)
-            return None
-        if int(stat.get("size", 0)) > MAX_BYTES:
-            log.warning("the kernel image's %s is too large", ENVIRONMENT_PATH)
-            return None
-        archive = bytearray()
-        for chunk in stream:
-            archive += chunk
-            if len(archive) > MAX_BYTES + 64 * 1024:  # the file and its tar headers
-                return None
-        return _from_tar(bytes(archive))
-    finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            api.remove_container(created["Id"], force=True)
-
-
-def _from_tar(archive: bytes) -> dict[str, Any] | None:
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        member = next((m for m in tar.getmembers() if m.isfile()), None)
-        if member is None or member.size > MAX_BYTES:
-            return None
-        handle = tar.extractfile(member)
-        if handle is None:
-            return None
-        return _object(handle.read())
+    """The image's environment.json (blocking: `image_files.read_image_files`). None when
+    the image has no such file or it is not a JSON object within `MAX_BYTES`."""
+    found = read_image_files(api, image, [ENVIRONMENT_PATH], labels, MAX_BYTES)
+    if ENVIRONMENT_PATH not in found:
+        log.warning(
+            "the kernel image %s has no %s within %d bytes", image, ENVIRONMENT_PATH, MAX_BYTES
+        )
+        return None
+    return _object(found[ENVIRONMENT_PATH])
 
 
 def _object(data: bytes) -> dict[str, Any] | None:

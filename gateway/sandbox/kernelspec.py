@@ -11,12 +11,14 @@ from typing import Any
 
 from gateway.models.common import Language
 from gateway.models.languages import traits
+from gateway.sandbox.accounts import USER_NAME
 
 # Ports are only suffixes of the socket file names with the ipc transport.
 _CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 CHANNEL_SUFFIXES = tuple(_CHANNELS.values())
 SOCKET_PATH_MAX = 107
 IMAGE_PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"  # in the kernel image
+IMAGE_HOME = "/tmp"  # a kernel's HOME in the kernel image (a tmpfs of the sandbox's own)
 
 
 def connection_info(prefix: str, key: str) -> dict[str, Any]:
@@ -72,10 +74,13 @@ def kernel_argv(language: Language, python: str, connection_file: str) -> list[s
 
 
 def kernel_env(home: str, extra: dict[str, str], path: str) -> dict[str, str]:
-    """The kernel's whole environment: nothing of the gateway's own leaks in."""
+    """The kernel's whole environment: nothing of the gateway's own leaks in. `USER` and
+    `LOGNAME` name the sandbox's user (accounts.py), as a login would set them."""
     env = {
         "PATH": path,
         "HOME": home,
+        "USER": USER_NAME,
+        "LOGNAME": USER_NAME,
         "TMPDIR": home,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
@@ -97,7 +102,7 @@ def image_env() -> dict[str, str]:
     """A kernel's environment in the kernel image (Docker's and the forkserver's), before a
     run's own `env`: the forkserver's warm parent runs in it too, so that what it builds
     is what a kernel would build."""
-    env = kernel_env("/tmp", {}, IMAGE_PATH)
+    env = kernel_env(IMAGE_HOME, {}, IMAGE_PATH)
     env.update({"PYTHONPATH": "/opt/gateway", "GATEWAY_MPL_CACHE": "/opt/gateway/mplcache"})
     return env
 

@@ -9,7 +9,9 @@ What each kernel gets, where the machine allows it (README, "What each backend i
   net, ipc and uts namespaces, no capabilities, the host read-only, a private /tmp, and
   /run, /var/run, /root, /home, Docker's folders and the gateway's own files (data dir,
   workspaces, token file) hidden. Every folder it mounts is handed over as an open
-  descriptor (`--bind-fd`), so no path a tenant controls is resolved;
+  descriptor (`--bind-fd`), so no path a tenant controls is resolved; `/etc/passwd` and
+  `/etc/group` are the host's with the sandbox user's entries (`accounts.py`), copied by
+  bubblewrap into its own tmpfs from memfds (`--ro-bind-data`): no file on the host;
 - **a cgroup** (root): memory, pids and CPU limits, usage, OOM detection, kill-all; without
   one, rlimits (`RLIMIT_NPROC`, `RLIMIT_AS`, `RLIMIT_FSIZE`) instead;
 - without bubblewrap and cgroup, `kernels.reaper` as its init, so that no process it
@@ -27,6 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -43,6 +46,7 @@ from gateway.models.languages import traits
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
 from gateway.sandbox import kernelspec
+from gateway.sandbox.accounts import USER_NAME, AccountFiles, RootAccounts
 from gateway.sandbox.base import (
     BackendContext,
     Death,
@@ -82,6 +86,7 @@ SHARED_TEMP = ("/tmp", "/var/tmp", "/dev/shm")  # a private tmpfs each, like Doc
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOG_TAIL_BYTES = 4096  # of the kernel process's own output, kept for "why it died"
 FIRST_FD = 3  # descriptors handed to the sandbox start here (0-2: null, log, log)
+SANDBOX_HOME = "/tmp"  # a bubblewrap sandbox's HOME: its own tmpfs
 REAPER_GRACE = 3.0  # after SIGTERM to the reaper: how long before SIGKILL
 BWRAP_ATTEMPTS = 3
 NPROC_MARGIN = 128  # without a cgroup: tasks of the uid that may start alongside a kernel
@@ -272,6 +277,8 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
         self.kdir = root / "k"  # the kernel's sockets
         self.workdir = root / "work"  # where the kernel sees its working folder
         self.work_fd: int | None = None
+        self.accounts: AccountFiles | None = None  # its /etc/passwd and /etc/group (bwrap)
+        self.user_name = USER_NAME  # USER and LOGNAME
         self.group: Cgroup | None = None
         self.pid: int | None = None
         self.exited: asyncio.Future[tuple[int, Any]] | None = None
@@ -289,9 +296,13 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
         )
 
     def prepare(self) -> None:
-        """Make the sandbox's folders (blocking)."""
+        """Make the sandbox's folders, and its account files (blocking)."""
         features = self.backend.features
         uid, gid = self._ids
+        if features.bwrap is not None:
+            self.accounts = RootAccounts.read(Path("/")).for_sandbox(uid, gid, SANDBOX_HOME)
+        else:  # the host's own files: the name they give the uid, if they give one
+            self.user_name = _host_name(uid)
         if features.bwrap is None:
             os.chmod(self.root, 0o711)  # noqa: S103 - traverse only: the kernel's folders by path
         self.kdir.mkdir(mode=0o700)
@@ -393,8 +404,11 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
             else:
                 fd = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             command += ["--bind-fd" if writable else "--ro-bind-fd", handed(fd), target]
+        assert self.accounts is not None
+        for name, text in (("passwd", self.accounts.passwd), ("group", self.accounts.group)):
+            command += ["--perms", "0444", "--ro-bind-data", handed(_memfd(text)), f"/etc/{name}"]
         command += ["--chdir", str(self.workdir), "--"]
-        return [*command, *_as_user(self._drop_to), *limited, *argv], "/tmp"
+        return [*command, *_as_user(self._drop_to), *limited, *argv], SANDBOX_HOME
 
     def _own_cgroup(self, command: list[str]) -> list[Path]:
         """The sandbox's own cgroup folders, to show (read-only) on the empty tmpfs that
@@ -489,6 +503,8 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
             {
                 "PYTHONPATH": str(_kernels_parent()),
                 "GATEWAY_MPL_CACHE": str(self.backend.mpl_cache),
+                "USER": self.user_name,
+                "LOGNAME": self.user_name,
             }
         )
         env.update(self.spec.env)
@@ -595,6 +611,27 @@ class LocalSandbox(GroupedSandbox[tuple[int, Any]]):
                 await asyncio.to_thread(self.group.remove)
             await asyncio.to_thread(shutil.rmtree, self.root, True)
             self.identity.release()  # the uid's processes are gone: another may have it
+
+
+def _memfd(text: str) -> int:
+    """A memfd holding `text`, read from its start (bubblewrap copies it: `--ro-bind-data`)."""
+    fd = os.memfd_create("sandbox-file", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _host_name(uid: int) -> str:
+    """The name the host's accounts give `uid` (blocking: NSS may ask a directory), else
+    the sandbox user's: a kernel without a mount namespace of its own sees the host's."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return USER_NAME
 
 
 def _needed_paths(mpl_cache: Path) -> list[str]:

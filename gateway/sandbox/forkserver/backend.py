@@ -15,7 +15,9 @@ else lives in the child's own namespaces and goes with it: its tmpfs working fol
 socket folder are handed back to the gateway as open descriptors, through which files are
 staged and read back (a descriptor keeps the tmpfs readable after the kernel has died) and
 the kernel's sockets are reached (`/proc/self/fd/N/s-1`: never a path another process
-could swap). No host folder, mount or volume is made per run.
+could swap). No host folder, mount or volume is made per run: the sandbox's `/etc/passwd`
+and `/etc/group` (the image's, read once at start, with the entries of the sandbox's uid
+and gid: `accounts.py`) come in its request, and its pid 1 writes them on its own `/run`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from gateway.models.languages import traits
 from gateway.models.record import Usage
 from gateway.models.request import StagedFile
 from gateway.sandbox import kernelspec
+from gateway.sandbox.accounts import RootAccounts
 from gateway.sandbox.base import (
     BackendContext,
     Death,
@@ -123,6 +126,7 @@ class ForkserverBackend(SandboxBackend):
         self.state: Path | None = None
         self.parents: dict[str, Parent] = {}
         self._environment: dict[str, Any] | None = None
+        self.accounts = RootAccounts()  # the image's own, read when the backend starts
 
     @classmethod
     async def probe(cls, config: ForkserverConfig) -> tuple[bool, str]:
@@ -151,6 +155,7 @@ class ForkserverBackend(SandboxBackend):
             (top / "etc/hosts").write_text(ETC_HOSTS, encoding="utf-8")
             (top / "etc/hostname").write_text("", encoding="utf-8")  # each child binds its own
             await asyncio.to_thread(mount_rootfs, [str(top), *layers], self.rootfs)
+            self.accounts = await asyncio.to_thread(RootAccounts.read, self.rootfs)
             ours = Path(kernels.__file__).parent
             stale = await asyncio.to_thread(stale_kernel_code, self.rootfs, ours)
             if stale:
@@ -299,14 +304,18 @@ class ForkserverSandbox(GroupedSandbox[int | None]):
     def _request(self) -> dict[str, Any]:
         limits = self.spec.limits
         argv = kernel_argv(self.spec.language, self.kind in IMPORTED)
+        uid, gid = self.identity.uid, self.identity.gid
+        accounts = self.backend.accounts.for_sandbox(uid, gid, kernelspec.IMAGE_HOME)
         return {
-            "uid": self.identity.uid,
-            "gid": self.identity.gid,
+            "uid": uid,
+            "gid": gid,
             "network": self.spec.network,
             "hostname": secrets.token_hex(6),
             "tmp_bytes": limits.tmp_bytes,
             "work_bytes": limits.workdir_bytes,
             "argv": argv,
+            "passwd": accounts.passwd,
+            "group": accounts.group,
         }
 
     def _private(self, request: dict[str, Any]) -> int:
