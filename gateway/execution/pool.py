@@ -440,7 +440,7 @@ class Pools:
     def describe(self) -> dict[str, dict[str, int]]:
         return {
             kind: {
-                "size": pool.size,
+                "size": max(pool.size, 0),  # WHEN_PRESENT until the environment is read
                 "ready": len(pool.ready),
                 "starting": pool.starting,
                 "hits": pool.hits,
