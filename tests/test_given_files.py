@@ -7,7 +7,9 @@ gateway, not the sandbox, so one backend (local) covers it; a real gateway on SQ
 from __future__ import annotations
 
 import base64
+import io
 import os
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,7 +81,20 @@ def test_a_replay_is_listed_under_its_notebooks_name(alice: Client) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", " ", "a/b.ipynb", "..\\x.ipynb", "x" * 256, "bell\x07.ipynb", 42]
+    "name",
+    [
+        "",
+        " ",
+        "a/b.ipynb",
+        "..\\x.ipynb",
+        "x" * 256,
+        "bell\x07.ipynb",
+        "evil\u202egnp.ipynb",  # a bidi override: shown as "evilbnpi.png"
+        "\u200b",  # only a zero-width space
+        "two\u2028lines.ipynb",
+        "next\x85line.ipynb",
+        42,
+    ],
 )
 def test_a_name_that_is_not_a_file_name_is_refused(alice: Client, name: Any) -> None:
     status, answer = post(alice, "/v1/notebooks/run", {"notebook": notebook("1"), "name": name})
@@ -237,3 +252,78 @@ def test_bad_files_from_gets_a_clear_error(
 ) -> None:
     got, answer = post(alice, "/v1/runs", {"code": "1", **body})
     assert (got, answer["error"]["code"]) == (status, code), answer
+
+
+def test_an_entrypoint_among_the_kept_files_runs(alice: Client) -> None:
+    status, kept = post(
+        alice,
+        "/v1/runs",
+        {
+            "entrypoint": "main.py",
+            "files": [a_file("main.py", "print('from main')")],
+            "keep_files": True,
+        },
+    )
+    assert status == 200 and kept["stdout"] == "from main\n", kept
+    status, again = post(alice, "/v1/runs", {"entrypoint": "main.py", "files_from": kept["id"]})
+    assert status == 200 and again["stdout"] == "from main\n", again
+
+
+def test_an_archives_files_are_not_kept_again(alice: Client) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("from_archive.txt", "a")
+    response = alice.request(
+        "POST", "/v1/uploads", raw=buffer.getvalue(), headers={"Content-Type": "application/zip"}
+    )
+    assert response.status == 201, response.body[:300]
+    upload = response.json()["id"]
+    status, run = post(
+        alice,
+        "/v1/runs",
+        {
+            "code": "print(open('from_archive.txt').read() + open('own.txt').read())",
+            "archive": upload,
+            "files": [a_file("own.txt", "b")],
+            "keep_files": True,
+        },
+    )
+    assert status == 200 and run["stdout"] == "ab\n", run
+    assert run["files_given"] == {"count": 1, "bytes": 1, "kept": True}
+    code = "import os; print(sorted(os.listdir('.')))"
+    status, again = post(alice, "/v1/runs", {"code": code, "files_from": run["id"]})
+    assert status == 200 and again["stdout"] == "['own.txt']\n", again
+
+
+def test_files_no_request_could_stage_again_are_not_kept() -> None:
+    """A run given its own files and another run's may hold more than one request may
+    stage: those are not kept (a note says why), so `files_from` never meets a set it
+    cannot stage; nor is a path an archive may not hold."""
+    server = start_gateway("local", max_files=3, max_files_bytes=1000)
+    try:
+        client = server.client()
+        half = "x" * 500
+        status, first = post(
+            client,
+            "/v1/runs",
+            {"code": "1", "files": [a_file("a", half), a_file("b", half)], "keep_files": True},
+        )
+        assert status == 200 and first["files_given"]["kept"], first
+        more = [a_file("c", half), a_file("d", half)]
+        status, second = post(
+            client,
+            "/v1/runs",
+            {"code": "1", "files_from": first["id"], "files": more, "keep_files": True},
+        )
+        assert status == 200, second
+        assert second["files_given"] == {"count": 4, "bytes": 2000, "kept": False}
+        assert any("not kept" in note for note in second["notes"]), second["notes"]
+        status, drive = post(
+            client,
+            "/v1/runs",
+            {"code": "1", "files": [a_file("C:/x.txt", "x")], "keep_files": True},
+        )
+        assert status == 200 and drive["files_given"]["kept"] is False, drive
+        assert any("not kept" in note for note in drive["notes"]), drive["notes"]
+    finally:
+        server.stop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import unicodedata
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeGuard
 
@@ -37,6 +38,8 @@ from gateway.models.stream import REF, Ref
 
 _REASON_CHARS = 500
 MAX_NAME_CHARS = 255
+# control and format characters (bidi overrides among them), line and paragraph separators
+_UNPRINTED = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
 def notebook_name(value: str) -> str:
@@ -45,11 +48,12 @@ def notebook_name(value: str) -> str:
         or len(value) > MAX_NAME_CHARS
         or "/" in value
         or "\\" in value
-        or any(ord(c) < 32 or ord(c) == 127 for c in value)
+        or any(unicodedata.category(c) in _UNPRINTED for c in value)
+        or not any(unicodedata.category(c)[0] in "LNPS" for c in value)
     ):
         raise InvalidRequest(
-            f"`name` must be a file name of 1 to {MAX_NAME_CHARS} characters, without `/`, "
-            "`\\` or control characters.",
+            f"`name` must be a file name of 1 to {MAX_NAME_CHARS} characters with a letter, "
+            "digit or sign, without `/`, `\\`, control or format characters.",
             field="name",
         )
     return value

@@ -21,6 +21,7 @@ from gateway.models.record import FilesGiven, RunRecord
 from gateway.models.request import StagedFile
 from gateway.store.base import RecordStore
 from gateway.uploads.archives import Unpacked
+from gateway.uploads.limits import entry_path
 from gateway.uploads.service import UploadService
 
 MAX_LISTED = 5  # names listed in a note before "and N more"
@@ -37,6 +38,9 @@ async def archive_files(
             unpacked = await uploads.unpack_kept(program.given_upload, program.user)
         except NotFound:  # it went while the run waited for its slot
             raise files_gone(program.given_from or "") from None
+        except GatewayError as exc:  # read back under lower limits than it was kept with
+            exc.field = "files_from"
+            raise
     elif program.archive is None:
         return program.files, ()
     elif uploads is None or not uploads.config.allow_uploads:
@@ -57,9 +61,14 @@ async def archive_files(
         and program.workspace is None
         and entrypoint not in {f.path for f in staged}
     ):
+        where = (
+            f"the archive {program.archive}"
+            if program.archive is not None
+            else f"the files of {program.given_from}"
+        )
         notes += (
-            f"The entrypoint {entrypoint!r} is neither among `files` nor in the archive "
-            f"{program.archive}, so the run cannot find it.",
+            f"The entrypoint {entrypoint!r} is neither among `files` nor in {where}, so the "
+            "run cannot find it.",
         )
     return staged, notes
 
@@ -89,8 +98,13 @@ async def given_upload(
         raise NotFound(f"There is no run {run_id!r}.", field="files_from")
     if record.files_upload is None or uploads is None:
         given = record.files_given
-        why = "was given no files" if given is None else "did not keep its files (`keep_files`)"
-        raise FilesGone(f"The run {run_id} {why}: add them again.", field="files_from")
+        if not record.final and given is None:
+            why = "has not staged its files yet (it is in progress): try again once it has"
+        elif given is None:
+            why = "was given no files: add them again"
+        else:
+            why = "did not keep its files (`keep_files`): add them again"
+        raise FilesGone(f"The run {run_id} {why}.", field="files_from")
     try:
         await uploads.find(record.files_upload, user)
     except NotFound:
@@ -110,19 +124,37 @@ async def keep_given(
     uploads: UploadService | None,
     record: RunRecord,
     program: Program,
-    files: tuple[StagedFile, ...],
+    staged: tuple[StagedFile, ...],
 ) -> None:
-    """Once staged: say in the record what files the run was given, and keep them if asked
-    (`keep_files`): as the upload they came from when they are exactly its files, else as a
-    new upload of the user's. Not kept (a note says why) never stops the run."""
+    """Once staged: say in the record what files the run was given (its `files` and those
+    of `files_from`; an archive's are the upload's own), and keep them if asked
+    (`keep_files`): as the upload they came from when they are exactly its files, else as
+    a new upload of the user's, when they could be staged again by one request (its count,
+    total size and paths). Not kept (a note says why) never stops the run."""
+    files = program.files if program.archive is not None else staged
     if not files:
         return
-    given = FilesGiven(count=len(files), bytes=sum(len(f.data) for f in files), kept=False)
+    size = sum(len(f.data) for f in files)
+    given = FilesGiven(count=len(files), bytes=size, kept=False)
     record.files_given = given
     if not program.keep_files or uploads is None:
         return
     if program.given_upload is not None and not program.files:
         record.files_upload, given.kept = program.given_upload, True
+        return
+    config = uploads.config
+    if len(files) > config.max_files or size > config.max_files_bytes:
+        record.notes.append(
+            f"The files were not kept: {len(files)} files of {size} bytes in all are more "
+            f"than one request may stage ({config.max_files} files, {config.max_files_bytes} "
+            "bytes), so no run could stage them again."
+        )
+        return
+    try:
+        for staged_file in files:
+            entry_path(staged_file.path)  # as they will be read back
+    except GatewayError as exc:
+        record.notes.append(f"The files were not kept: {exc.message}")
         return
     try:
         upload = await uploads.keep_files(files, record.user, wait=KEEP_FILES_WAIT)

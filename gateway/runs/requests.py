@@ -41,7 +41,8 @@ def run_request(body: RunBody, policy: RequestPolicy, caller: Principal) -> RunR
             "Archives are disabled on this gateway.", field="archive", code="archive_mode_disabled"
         )
     named = body.entrypoint
-    if named is not None and body.archive is None and named not in {f.path for f in files}:
+    elsewhere = body.archive is not None or body.files_from is not None
+    if named is not None and not elsewhere and named not in {f.path for f in files}:
         raise InvalidRequest(f"The entrypoint {named!r} is not among `files`.", field="entrypoint")
     return RunRequest(
         language=body.language,

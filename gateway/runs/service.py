@@ -192,6 +192,7 @@ class RunService:
         """`files_from`: the upload that keeps that run's files, checked now (404, 410)."""
         if request.files_from is None:
             return program
+        self._admit()  # before the store is read for it
         upload = await given_upload(self.store, self.uploads, request.files_from, request.user)
         return dataclasses.replace(program, given_upload=upload, given_from=request.files_from)
 
@@ -363,6 +364,8 @@ class RunService:
                 await self.store.update(record)  # it holds a slot: so other replicas see it
                 files, notes = await archive_files(self.uploads, program)
                 await keep_given(self.uploads, record, program, files)
+                if record.files_given is not None:  # so `files_from` finds it, anywhere
+                    await self.store.update(record)
                 execution = Execution(
                     program, record, self.config.execution, active.cancel, active.events
                 )
