@@ -7,7 +7,7 @@
   Checked by mutation: with the wait for the grace removed from `KernelSession._interrupt`
   (`execution/session.py`), both tests fail (`cleanup` and the last ~0.2 s of prints lost).
 - A cancel is a stop (`execution/executor.py`): a notebook cancelled during Cell 2 says so,
-  "The run ended during Cell 2 (In [2]). The cells after it did not run.". Checked by
+  "The run ended during In [2]. The cells after it did not run.". Checked by
   mutation: with a cancelled cell not counted as a stop (the loop goes on to find the cancel
   before the next cell), only that note goes missing, and both tests fail.
 
@@ -73,7 +73,7 @@ def test_what_was_printed_up_to_the_deadline_arrives(local_gateway: GatewayThrea
 
 # --- a cancel is a stop ------------------------------------------------------------------
 
-STOPPED = "The run ended during Cell 2 (In [2]). The cells after it did not run."
+STOPPED = "The run ended during In [2]. The cells after it did not run."
 
 
 def test_a_notebook_cancelled_during_a_cell_says_which_and_that_the_rest_did_not_run(

@@ -81,7 +81,7 @@ def test_a_notebook_report_cannot_drive_the_terminal(server: GatewayThread, tmp_
     assert done.returncode == 1
     assert_inert(done.stdout)
     assert_inert(done.stderr)
-    assert "first error in cell 1" in done.stdout and "ValueError: bad" in done.stdout
+    assert "first error at In [1]: ValueError: bad" in done.stdout
 
 
 @pytest.mark.parametrize(

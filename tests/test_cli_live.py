@@ -1,7 +1,8 @@
 """`gateway run` watching a run live, with `--files` and `--return`: a notebook that reads
 `data/x.csv` (staged with `--files data/`) and writes `out.csv` (saved with `--return`),
-on a terminal (a pty: tqdm's line redrawn in place) and not (plain lines); a script the
-same way; a folder over the gateway's limits is refused saying so."""
+on a terminal (a pty: tqdm's line redrawn in place), on a terminal that reports a size of
+0x0 and not on a terminal (plain lines); a script the same way; a folder over the
+gateway's limits is refused saying so."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -20,6 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from gateway.commands.progress import CellProgress, TerminalProgress, cell_progress
 from tests.conftest import start_gateway
 from tests.support import GatewayThread, serving
 
@@ -81,8 +84,8 @@ def test_a_notebook_with_its_data_folder_and_a_returned_file(
     done = gateway_run(server, tmp_path, "sums.ipynb", "--files", "data/", "--return", "out.csv")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split(" · ")[0] for line in lines[:2]] == ["[1/2] cell 2", "[2/2] cell 3"]
-    assert all(line.endswith(" s") for line in lines[:2])  # no terminal: plain lines
+    assert [line.split(" · ")[0] for line in lines[:2]] == ["[1/2] In [1]", "[2/2] In [2]"]
+    assert all(re.search(r" · (\d+ ms|\d+\.\d s)$", line) for line in lines[:2])  # plain lines
     assert "\r" not in done.stdout and "\x1b" not in done.stdout
     assert lines[2].startswith("sums.ipynb: succeeded in ")
     assert "saved out.csv" in lines
@@ -131,13 +134,72 @@ def test_on_a_terminal_the_progress_line_is_redrawn_and_the_error_shown_at_once(
         child.wait(timeout=60)
     assert child.returncode == 1, screen
     # tqdm redraws its line in place (a plain line ends "\r\n" on a pty: ONLCR)
-    assert "[3/3] cell 4" in screen and "\r[" in screen
-    assert "error in cell 4:" in screen and "ValueError" in screen
+    assert "[3/3] In [3]" in screen and "\r[" in screen
+    assert "error at In [3]:" in screen and "ValueError" in screen
     assert screen.index("ValueError") < screen.index("fails.ipynb: failed in ")
     assert "\x1b]" not in screen and "\x07" not in screen  # the run's OSC did not reach it
     assert "ValueError: bad x" in screen
     assert "saved out.csv" in screen and "*.txt: not returned (no file matches)" in screen
     assert (tmp_path / "out.csv").read_text() == "total,size\n10,256\n"
+
+
+def on_a_terminal(rows: int, columns: int) -> tuple[int, int]:
+    """A pseudo-terminal (primary, secondary) that reports this size."""
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    return primary, secondary
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("rows", "columns", "display"),
+    [
+        (24, 100, TerminalProgress),
+        (0, 0, CellProgress),
+        (0, 80, CellProgress),
+        (24, 0, CellProgress),
+    ],
+)
+def test_only_a_terminal_that_reports_its_size_gets_the_redrawn_line(
+    rows: int, columns: int, display: type[CellProgress]
+) -> None:
+    """tqdm draws nothing on a terminal of 0 rows (`script`, `docker exec -t` and some CI
+    runners report 0x0): there, as off a terminal, each cell is a plain line."""
+    primary, secondary = on_a_terminal(rows, columns)
+    with os.fdopen(secondary, "w", encoding="utf-8") as out:
+        shown = cell_progress(3, out)
+        try:
+            assert type(shown) is display
+        finally:
+            shown.close()
+    os.close(primary)
+
+
+def test_on_a_terminal_that_reports_0x0_each_cell_is_a_plain_line(
+    server: GatewayThread, tmp_path: Path
+) -> None:
+    project(tmp_path)
+    primary, secondary = on_a_terminal(0, 0)
+    child = subprocess.Popen(
+        command(server, "sums.ipynb", "--files", "data"),
+        cwd=tmp_path,
+        env={k: v for k, v in environment().items() if k not in ("COLUMNS", "LINES")},
+        stdin=subprocess.DEVNULL,
+        stdout=secondary,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    try:
+        screen = read_all(primary).decode()
+    finally:
+        os.close(primary)
+        child.wait(timeout=60)
+    assert child.returncode == 0, screen
+    lines = screen.split("\r\n")  # a pty ends a line with \r\n (ONLCR)
+    assert re.fullmatch(r"\[1/2\] In \[1\] · (\d+ ms|\d+\.\d s)", lines[0]), screen
+    assert re.fullmatch(r"\[2/2\] In \[2\] · (\d+ ms|\d+\.\d s)", lines[1]), screen
+    assert lines[2].startswith("sums.ipynb: succeeded in ")
+    assert "\x1b" not in screen and "\r[" not in screen  # nothing redrawn
 
 
 def test_a_script_with_files_and_a_returned_file(server: GatewayThread, tmp_path: Path) -> None:

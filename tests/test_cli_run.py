@@ -1,10 +1,13 @@
 """`python -m gateway run FILE`, run as a subprocess against a real gateway (local backend:
-the command line only speaks HTTP, so one backend is enough)."""
+the command line only speaks HTTP, so one backend is enough). A notebook's cells are named
+as Jupyter names them, `In [n]` (markdown cells are not counted), durations in ms under a
+second, and a replay tells the gateway the notebook's file name."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -105,8 +108,12 @@ def test_language_flag_runs_any_file_as_bash(server: GatewayThread, tmp_path: Pa
 # --- notebooks -----------------------------------------------------------------------------
 
 
+# a cell's duration: milliseconds under a second, then seconds to a tenth
+DURATION = r"(\d{1,3} ms|[1-9]\d*\.\d s)"
+
+
 def split_progress(stdout: str) -> tuple[list[str], list[str]]:
-    """A replay's plain progress lines (`[k/n] cell i · t s`), then the report's lines."""
+    """A replay's plain progress lines (`[k/n] In [n] · t`), then the report's lines."""
     lines = stdout.splitlines()
     count = next((i for i, line in enumerate(lines) if not line.startswith("[")), len(lines))
     return lines[:count], lines[count:]
@@ -117,16 +124,20 @@ def test_notebook_is_replayed_and_written_next_to_it(server: GatewayThread, tmp_
     done = gateway_run(tmp_path, "error.ipynb", url=url_of(server))
     assert done.returncode == 1, done.stderr
     progress, lines = split_progress(done.stdout)
-    assert [line.split(" · ")[0] for line in progress] == [
-        "[1/4] cell 2",
-        "[2/4] cell 3",
-        "[3/4] cell 4",
+    assert [line.split(" · ")[0] for line in progress] == [  # the markdown cell not counted
+        "[1/4] In [1]",
+        "[2/4] In [2]",
+        "[3/4] In [3]",
     ]
-    assert progress[-1].endswith(" s · error")  # the failing cell says so
-    assert "ZeroDivisionError" in done.stderr  # its traceback, as soon as it came
-    assert lines[0].startswith("error.ipynb: failed in ")
-    assert "3 of 4 code cells run" in lines[0]
-    assert "first error in cell 4 (In [3]): ZeroDivisionError: division by zero" in lines
+    for line in progress:
+        assert re.fullmatch(rf"\[\d/4\] In \[\d\] · {DURATION}( · error)?", line), line
+    assert progress[-1].endswith(" · error")  # the failing cell says so
+    assert "error at In [3]:" in done.stderr  # its traceback, as soon as it came
+    assert "ZeroDivisionError" in done.stderr
+    assert re.fullmatch(
+        rf"error\.ipynb: failed in {DURATION}, 3 of 4 code cells run \(run run_\w+\)", lines[0]
+    )
+    assert "first error at In [3]: ZeroDivisionError: division by zero" in lines
     executed = tmp_path / "error.executed.ipynb"
     assert lines[-1] == "executed notebook: error.executed.ipynb"
     nb = nbformat.read(executed, as_version=4)
@@ -153,9 +164,39 @@ def test_a_succeeding_notebook_exits_0(server: GatewayThread, tmp_path: Path) ->
     done = gateway_run(tmp_path, "table.ipynb", url=url_of(server))
     assert done.returncode == 0, done.stderr
     progress, lines = split_progress(done.stdout)
-    assert len(progress) == 3 and progress[-1].startswith("[3/3] cell 4 · ")
+    assert len(progress) == 3 and progress[-1].startswith("[3/3] In [3] · ")
     assert lines[0].startswith("table.ipynb: succeeded in ")
     assert "3 of 3 code cells run" in lines[0]
+
+
+def test_durations_read_in_ms_under_a_second_and_in_seconds_from_one(
+    server: GatewayThread, tmp_path: Path
+) -> None:
+    cells = [
+        nbformat.v4.new_markdown_cell("# Timing"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(1.3)"),
+    ]
+    (tmp_path / "timing.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(cells=cells)))
+    done = gateway_run(tmp_path, "timing.ipynb", url=url_of(server))
+    assert done.returncode == 0, done.stderr
+    quick, slow = split_progress(done.stdout)[0]
+    assert re.fullmatch(r"\[1/2\] In \[1\] · \d{1,3} ms", quick), quick
+    assert re.fullmatch(r"\[2/2\] In \[2\] · 1\.\d s", slow), slow
+
+
+def test_a_replay_tells_the_gateway_the_notebooks_name(
+    server: GatewayThread, tmp_path: Path
+) -> None:
+    """The record and the listing say which notebook a replay was (`name`)."""
+    shutil.copy(REPO / "notebooks" / "pandas_table.ipynb", tmp_path / "cities table.ipynb")
+    done = gateway_run(tmp_path, "cities table.ipynb", url=url_of(server))
+    assert done.returncode == 0, done.stderr
+    [run_id] = re.findall(r"\(run (run_\w+)\)", done.stdout)
+    client = server.client(TOKEN)
+    assert client.request("GET", f"/v1/runs/{run_id}").json()["name"] == "cities table.ipynb"
+    [summary] = client.request("GET", "/v1/runs?limit=1").json()["runs"]
+    assert (summary["id"], summary["name"]) == (run_id, "cities table.ipynb")
 
 
 # --- errors --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`gateway.client`: `GatewayClient` and `AsyncGatewayClient` against a real gateway (local
 backend: the client only speaks HTTP and WebSocket). Every call returns its model, every
 error answer is raised as its typed error with the API's code, message, field and
-Retry-After, and `stream_run` yields a run's events in order and cancels it when left."""
+Retry-After, and `stream_run` yields a run's events in order and cancels it when left.
+(tests/test_client_typed.py: the typed record, the blocking client's stream, `wait`.)"""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 import gateway.client
 from gateway.client import (
     AsyncGatewayClient,
+    AsyncRunStream,
     Forbidden,
     GatewayClient,
     GatewayError,
@@ -31,7 +33,6 @@ from gateway.client import (
     NotFound,
     PayloadTooLarge,
     RateLimited,
-    RunStream,
     ServerError,
     Unauthorized,
     Unavailable,
@@ -91,7 +92,10 @@ def test_public_surface_is_declared() -> None:
         "AsyncGatewayClient",
         "GatewayClient",
         "RunStream",
+        "AsyncRunStream",
         "StreamEvent",
+        "TypedRunRecord",
+        "TypedRunList",
         "Session",
         "AsyncSession",
         "SnapshotGone",
@@ -121,7 +125,7 @@ def test_public_surface_is_declared() -> None:
         assert hasattr(gateway.client, name), name
     errors = [getattr(gateway.client, name) for name in gateway.client.__all__]
     errors = [e for e in errors if isinstance(e, type) and issubclass(e, Exception)]
-    assert len(errors) == 13 and all(issubclass(e, GatewayError) for e in errors)
+    assert len(errors) == 14 and all(issubclass(e, GatewayError) for e in errors)
 
 
 def test_the_two_clients_offer_the_same_calls() -> None:
@@ -129,8 +133,8 @@ def test_the_two_clients_offer_the_same_calls() -> None:
         return {name for name in vars(cls) if not name.startswith("_")}
 
     sync, asynchronous = calls(GatewayClient), calls(AsyncGatewayClient)
-    assert sync - {"close"} == asynchronous - {"aclose", "stream_run", "stream_notebook"}
-    assert "stream_run" in asynchronous
+    assert sync - {"close"} == asynchronous - {"aclose"}
+    assert {"stream_run", "stream_notebook", "wait"} <= sync
 
 
 def test_a_bad_url_is_refused() -> None:
@@ -181,8 +185,9 @@ def test_sync_calls_return_the_models(api: GatewayClient) -> None:
         return_files=["in.txt"],
     )
     assert with_files.stdout == "from a file\n"
-    [returned] = gateway.client.returned_files(with_files)
+    [returned] = with_files.files
     assert (returned.path, returned.size) == ("in.txt", len("from a file"))
+    assert gateway.client.returned_files(with_files) == [returned]  # the deprecated way
     health = api.health()
     assert isinstance(health, Health) and health.status == "ok" and health.version
     assert "gateway_" in api.metrics()
@@ -209,11 +214,13 @@ def test_async_calls_return_the_models(local_gateway: GatewayThread) -> None:
 def test_a_failing_run_is_a_record_with_its_error(api: GatewayClient) -> None:
     record = api.run("print('before')\nraise KeyError('k')")
     assert (record.status, record.exit_code, record.stdout) == ("failed", 1, "before\n")
-    error = gateway.client.run_error(record)
+    error = record.error
     assert error is not None and error.ename == "KeyError" and error.traceback
+    assert gateway.client.run_error(record) == error  # the deprecated way
     chart = api.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
-    [image] = gateway.client.run_charts(chart)
+    [image] = chart.charts
     assert image.mime == "image/png" and image.spec is not None and image.spec.type == "line"
+    assert gateway.client.run_charts(chart) == [image]
 
 
 def test_background_runs_start_and_cancel(api: GatewayClient, local_gateway: GatewayThread) -> None:
@@ -485,7 +492,7 @@ def test_stream_events_come_in_order_with_the_record_last(local_gateway: Gateway
     async def main() -> None:
         async with AsyncGatewayClient(url_of(local_gateway)) as client:
             stream = client.stream_run("print('a')\nprint('b')", timeout=20)
-            assert isinstance(stream, RunStream) and stream.id is None
+            assert isinstance(stream, AsyncRunStream) and stream.id is None
             events = [event async for event in stream]
             assert isinstance(events[0], AcceptedEvent) and isinstance(events[-1], DoneEvent)
             assert all(isinstance(event, OutputEvent) for event in events[1:-1])
@@ -529,7 +536,7 @@ def test_leaving_the_stream_cancels_the_run(local_gateway: GatewayThread, how: s
     """`break` out of the events: the connection closes and the gateway cancels the run
     (with `async with` when the block is left; without it when the stream is dropped)."""
 
-    async def first_output(stream: RunStream) -> str:
+    async def first_output(stream: AsyncRunStream) -> str:
         async for event in stream:
             if isinstance(event, OutputEvent):
                 break

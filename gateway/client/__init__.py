@@ -4,21 +4,28 @@
     from gateway.client import GatewayClient, RateLimited
 
     with GatewayClient("http://127.0.0.1:8888", token="...") as client:
-        record = client.run("print(6 * 7)", timeout=20)    # a gateway.models RunRecord
-        record.stdout, record.status, record.charts
+        record = client.run("print(6 * 7)", timeout=20)    # a TypedRunRecord
+        record.stdout, record.status, record.started_at    # a datetime
+        record.error.ename, record.charts[0].spec.title    # RunError, Chart: models too
+        with client.stream_run("print(1)") as run:         # live events over the WebSocket
+            for event in run:
+                ...
+        client.wait(client.start("print(2)").id)           # a background run, once done
 
     async with AsyncGatewayClient(url, token=token) as client:
-        async with client.stream_run("print(1)") as run:   # live events over the WebSocket
+        async with client.stream_run("print(1)") as run:
             async for event in run:
                 ...
 
-Answers are the `gateway.models` types (`RunRecord`, `RunAccepted`, `Health`, `Upload`,
-`RunList` of `list_runs`; `Environment`; `NotebookResult` for a replay). Error answers are
+Answers are the `gateway.models` types, typed all the way down (`TypedRunRecord`: the
+server's `RunRecord` with its error, charts, returned files and timestamps as their models,
+`gateway.models.typed`; `RunAccepted`, `Health`, `Upload`, `TypedRunList` of `list_runs`;
+`Environment`; `NotebookResult` for a replay; nbformat's `NotebookNode` for a notebook;
+the run's events of `stream_run` as `gateway.models.stream` events). Error answers are
 raised as the classes the server raised them as, of the gateway's one exception tree
 (`gateway.errors`: `InvalidRequest` with `field`, `RateLimited` with `retry_after`, ...);
-no answer at all is `Unreachable`. The package is also
-the home of `gateway run` (`run.py`) and `gateway mcp` (`mcp.py`); it imports nothing of the
-server.
+no answer at all is `Unreachable`. `gateway run` and `gateway mcp` (`gateway.commands`)
+are built on it; it imports nothing of the server.
 """
 
 from gateway.client.base import (
@@ -32,7 +39,7 @@ from gateway.client.base import (
 from gateway.client.clients import AsyncGatewayClient, GatewayClient
 from gateway.client.parts import returned_files, run_charts, run_error
 from gateway.client.sessions import AsyncSession, Session
-from gateway.client.stream import RunStream, StreamEvent
+from gateway.client.stream import AsyncRunStream, RunStream, StreamEvent
 from gateway.errors import (
     FilesGone,
     Forbidden,
@@ -49,10 +56,12 @@ from gateway.errors import (
     UnexpectedAnswer,
     Unreachable,
 )
+from gateway.models.typed import TypedRunList, TypedRunRecord
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "AsyncGatewayClient",
+    "AsyncRunStream",
     "AsyncSession",
     "FileSpec",
     "FilesGone",
@@ -73,6 +82,8 @@ __all__ = [
     "SnapshotElsewhere",
     "SnapshotGone",
     "StreamEvent",
+    "TypedRunList",
+    "TypedRunRecord",
     "Unauthorized",
     "Unavailable",
     "UnexpectedAnswer",

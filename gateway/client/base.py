@@ -1,7 +1,12 @@
 """What `GatewayClient` and `AsyncGatewayClient` share, written once: the gateway's URL,
-the headers (the bearer token), each call's request, and how its answer becomes a model or
-an error (`gateway.client.refusals`). Only sending differs between the two clients, as in
-httpx's `BaseClient`: each public method of theirs builds a `Call` here and sends it.
+the headers (the bearer token), each call's request, how its answer becomes a model or an
+error (`gateway.client.refusals`), and how `wait` paces its looks (`Waiting`). Only sending
+(and sleeping) differs between the two clients, as in httpx's `BaseClient`: each public
+method of theirs builds a `Call` here and sends it.
+
+Answers are read typed all the way down: a run record is a `TypedRunRecord`
+(`gateway.models.typed`: the server's `RunRecord` with its error, charts, returned files and
+timestamps as their models), a notebook an nbformat `NotebookNode`.
 """
 
 from __future__ import annotations
@@ -10,19 +15,21 @@ import dataclasses
 import json
 import mimetypes
 import os
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, Literal, Required, Self, TypedDict, TypeVar
+from typing import Annotated, Any, Generic, Literal, Required, Self, TypedDict, TypeVar
 
+import nbformat
 import pydantic
+from nbformat import NotebookNode
 
 from gateway.client.refusals import error_from_answer, is_error_answer, not_the_api
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.common import Language, Status
 from gateway.models.environment import Environment
-from gateway.models.listing import RunList
-from gateway.models.record import RunRecord, SnapshotList
+from gateway.models.typed import TypedRunList, TypedRunRecord, TypedSnapshotList
 from gateway.version import __version__
 
 T = TypeVar("T")
@@ -63,6 +70,8 @@ class RunOptions(TypedDict, total=False):
     keep: bool  # keep the kernel's final state as a snapshot (the record's `snapshot`)
     continue_from: str  # a snapshot's id to start from (the body's `from`)
     rebuild: bool  # with continue_from: replay its chain where it cannot be forked
+    keep_files: bool  # keep the staged `files` with the caller's uploads (`files_given`)
+    files_from: str  # stage the files this earlier run was given and kept (410 FilesGone)
 
 
 class NotebookOptions(TypedDict, total=False):
@@ -76,6 +85,9 @@ class NotebookOptions(TypedDict, total=False):
     vars: Mapping[str, Any]
     env: Mapping[str, str]
     network: bool
+    name: str  # the notebook's file name, kept in the record (`name`) and the listing
+    keep_files: bool
+    files_from: str
 
 
 class ListQuery(TypedDict, total=False):
@@ -88,14 +100,26 @@ class ListQuery(TypedDict, total=False):
     user: str | None
 
 
+def notebook_node(value: Any) -> NotebookNode:
+    """A notebook's JSON as nbformat's `NotebookNode` (a dict whose keys are attributes too:
+    `nb.cells[0].outputs`), as `nbformat.read` gives it; the gateway validated it."""
+    if not isinstance(value, dict):
+        raise ValueError("a notebook is a JSON object")
+    node: NotebookNode = nbformat.from_dict(value)
+    return node
+
+
+Notebook = Annotated[NotebookNode, pydantic.BeforeValidator(notebook_node)]
+
+
 class NotebookResult(pydantic.BaseModel):
-    """The answer of `POST /v1/notebooks/run`: the executed notebook (nbformat v4 JSON)
-    and the run record of the whole replay."""
+    """The answer of `POST /v1/notebooks/run`: the executed notebook (nbformat v4, as a
+    `NotebookNode`) and the run record of the whole replay."""
 
-    model_config = pydantic.ConfigDict(extra="ignore")
+    model_config = pydantic.ConfigDict(extra="ignore", arbitrary_types_allowed=True)
 
-    notebook: dict[str, Any]
-    run: RunRecord
+    notebook: Notebook
+    run: TypedRunRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +161,13 @@ def json_object(status: int, body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise not_the_api(status, "not a JSON object")
     return value
+
+
+def read_notebook(status: int, body: bytes) -> NotebookNode:
+    try:
+        return notebook_node(json_object(status, body))
+    except ValueError:
+        raise not_the_api(status, "not a notebook") from None
 
 
 def text(status: int, body: bytes) -> str:
@@ -195,32 +226,43 @@ class BaseGatewayClient:
 
     # --- runs -------------------------------------------------------------------------
 
-    def _run(self, code: str | None, options: RunOptions) -> Call[RunRecord]:
-        return Call("POST", "/v1/runs", model_reader(RunRecord), json=run_body(code, options))
+    def _run(self, code: str | None, options: RunOptions) -> Call[TypedRunRecord]:
+        body = run_body(code, options)
+        return Call("POST", "/v1/runs", model_reader(TypedRunRecord), json=body)
 
     def _start(self, code: str | None, options: RunOptions) -> Call[RunAccepted]:
         body = {**run_body(code, options), "background": True}
         return Call("POST", "/v1/runs", model_reader(RunAccepted), json=body)
 
-    def _get_run(self, run_id: str) -> Call[RunRecord]:
-        return Call("GET", f"/v1/runs/{_quote(run_id)}", model_reader(RunRecord))
+    def _get_run(self, run_id: str) -> Call[TypedRunRecord]:
+        return Call("GET", f"/v1/runs/{_quote(run_id)}", model_reader(TypedRunRecord))
 
-    def _cancel(self, run_id: str) -> Call[RunRecord]:
-        return Call("DELETE", f"/v1/runs/{_quote(run_id)}", model_reader(RunRecord))
+    def _cancel(self, run_id: str) -> Call[TypedRunRecord]:
+        return Call("DELETE", f"/v1/runs/{_quote(run_id)}", model_reader(TypedRunRecord))
 
-    def _list_runs(self, query: ListQuery) -> Call[RunList]:
+    def _list_runs(self, query: ListQuery) -> Call[TypedRunList]:
         params = {k: str(v) for k, v in query.items() if v is not None}
         path = "/v1/runs" + ("?" + urllib.parse.urlencode(params) if params else "")
-        return Call("GET", path, model_reader(RunList))
+        return Call("GET", path, model_reader(TypedRunList))
 
-    def _notebook(self, run_id: str) -> Call[dict[str, Any]]:
-        return Call("GET", f"/v1/runs/{_quote(run_id)}/notebook", json_object)
+    def _notebook(self, run_id: str) -> Call[NotebookNode]:
+        return Call("GET", f"/v1/runs/{_quote(run_id)}/notebook", read_notebook)
 
     def _run_notebook(
         self, notebook: Mapping[str, Any], options: NotebookOptions
     ) -> Call[NotebookResult]:
         body = notebook_body(notebook, options)
         return Call("POST", "/v1/notebooks/run", model_reader(NotebookResult), json=body)
+
+    # --- the WebSocket's messages -----------------------------------------------------
+
+    def _run_message(self, code: str | None, options: RunOptions) -> dict[str, Any]:
+        return {"type": "run", "ref": "run", **run_body(code, options)}
+
+    def _notebook_message(
+        self, notebook: Mapping[str, Any], options: NotebookOptions
+    ) -> dict[str, Any]:
+        return {"type": "notebook", "ref": "notebook", **notebook_body(notebook, options)}
 
     # --- uploads and operations -------------------------------------------------------
 
@@ -252,8 +294,8 @@ class BaseGatewayClient:
 
     # --- snapshots --------------------------------------------------------------------
 
-    def _list_snapshots(self) -> Call[SnapshotList]:
-        return Call("GET", "/v1/snapshots", model_reader(SnapshotList))
+    def _list_snapshots(self) -> Call[TypedSnapshotList]:
+        return Call("GET", "/v1/snapshots", model_reader(TypedSnapshotList))
 
     def _delete_snapshot(self, snapshot_id: str) -> Call[None]:
         path = f"/v1/snapshots/{_quote(snapshot_id)}"
@@ -262,6 +304,34 @@ class BaseGatewayClient:
 
 def _nothing(status: int, body: bytes) -> None:
     return None
+
+
+class Waiting:
+    """How `wait(run_id)` paces its looks at a background run (`GET /v1/runs/{id}`; the API
+    has no long poll): soon at first, then less and less often, at most `LONGEST` seconds
+    apart, and never sooner than a `Retry-After` asks; `TimeoutError` past `timeout`."""
+
+    FIRST, GROWTH, LONGEST = 0.05, 1.5, 1.0
+
+    def __init__(self, run_id: str, timeout: float | None) -> None:
+        self.run_id = run_id
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self._delay = self.FIRST
+
+    def pause(self, retry_after: float | None = None) -> float:
+        """Seconds to sleep before the next look; `TimeoutError` when none is left."""
+        delay = self._delay if retry_after is None else max(retry_after, self._delay)
+        self._delay = min(self._delay * self.GROWTH, self.LONGEST)
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"The run {self.run_id} was not done after {self.timeout:g} s; it goes on "
+                    "(wait again, or cancel it)."
+                )
+            delay = min(delay, left)
+        return delay
 
 
 def run_body(code: str | None, options: RunOptions) -> dict[str, Any]:

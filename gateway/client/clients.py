@@ -1,23 +1,30 @@
 """`GatewayClient` (blocking) and `AsyncGatewayClient` (asyncio): the same calls, over
 httpx2's `Client` and `AsyncClient`. Each method builds its call with the shared base
-(`gateway.client.base`) and sends it; only sending is written twice.
+(`gateway.client.base`) and sends it; only sending (and sleeping, in `wait`) is written
+twice.
 
 HTTP goes through httpx2 (the maintained continuation of httpx, by the pydantic team:
 the same `Client`/`AsyncClient` API, and what the MCP SDK already uses); the WebSocket
-through `websockets` (`AsyncGatewayClient.stream_run`).
+(`stream_run`, `stream_notebook`) through `websockets`: its asyncio client for
+`AsyncGatewayClient`, its threaded one for `GatewayClient` (no event loop per call).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Unpack
 
 import httpx2
+from nbformat import NotebookNode
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.sync.client import ClientConnection as SyncClientConnection
+from websockets.sync.client import connect as sync_connect
 
 from gateway.client.base import (
     DEFAULT_TIMEOUT,
@@ -28,17 +35,15 @@ from gateway.client.base import (
     NotebookOptions,
     NotebookResult,
     RunOptions,
-    notebook_body,
-    run_body,
+    Waiting,
 )
 from gateway.client.refusals import error_from_answer, not_the_api
 from gateway.client.sessions import AsyncSession, Session
-from gateway.client.stream import RunStream
-from gateway.errors import GatewayError, Unreachable
+from gateway.client.stream import AsyncRunStream, RunStream
+from gateway.errors import GatewayError, RateLimited, Unavailable, Unreachable
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.environment import Environment
-from gateway.models.listing import RunList
-from gateway.models.record import RunRecord, SnapshotList
+from gateway.models.typed import TypedRunList, TypedRunRecord, TypedSnapshotList
 
 T = TypeVar("T")
 
@@ -56,12 +61,28 @@ def _failure(url: str, exc: Exception) -> GatewayError:
     return not_the_api(0, f"{type(exc).__name__}: {exc}")
 
 
+# what opening a WebSocket may raise: a refused handshake (an answer of the API), or none
+HANDSHAKE_FAILURES = (InvalidStatus, OSError, TimeoutError, InvalidHandshake, InvalidURI)
+
+
+def _refused_stream(url: str, exc: Exception) -> GatewayError:
+    """websockets' exception for a handshake that failed, as ours."""
+    if isinstance(exc, InvalidStatus):
+        answer = exc.response
+        retry_after = answer.headers.get("Retry-After")
+        return error_from_answer(answer.status_code, bytes(answer.body), retry_after)
+    return Unreachable(f"No WebSocket to the gateway at {url}: {exc}")
+
+
 class GatewayClient(BaseGatewayClient):
     """Blocking calls to the gateway at `url` (`http://host:port`, perhaps with a prefix).
 
         with GatewayClient("http://127.0.0.1:8888", token="...") as client:
-            record = client.run("print(1)")          # a RunRecord
+            record = client.run("print(1)")          # a TypedRunRecord
             client.get_run(record.id), client.notebook(record.id)
+            with client.stream_run("print(1)") as run:
+                for event in run:                    # its events, as they happen
+                    ...
 
     Errors are raised as `gateway.errors.GatewayError` subclasses. One instance
     may be shared between threads; `close()` (or the `with` block) ends its connections.
@@ -95,29 +116,46 @@ class GatewayClient(BaseGatewayClient):
 
     # --- runs -----------------------------------------------------------------------------
 
-    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord:
+    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> TypedRunRecord:
         """`POST /v1/runs`: run `code` (or `entrypoint`) in a fresh kernel; its record."""
         return self._send(self._run(code, options))
 
     def start(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunAccepted:
-        """`POST /v1/runs` in the background: `{id, status}` at once; poll `get_run`."""
+        """`POST /v1/runs` in the background: `{id, status}` at once; `wait(id)` for its
+        record."""
         return self._send(self._start(code, options))
 
-    def get_run(self, run_id: str) -> RunRecord:
+    def get_run(self, run_id: str) -> TypedRunRecord:
         """`GET /v1/runs/{id}`: the record (`queued` or `running` while it runs)."""
         return self._send(self._get_run(run_id))
 
-    def list_runs(self, **query: Unpack[ListQuery]) -> RunList:
+    def wait(self, run_id: str, *, timeout: float | None = None) -> TypedRunRecord:
+        """The record of a background run once it is final (`GET /v1/runs/{id}` until then,
+        further and further apart: `Waiting`); `TimeoutError` if it is not after `timeout`
+        seconds (the run goes on)."""
+        waiting = Waiting(run_id, timeout)
+        while True:
+            try:
+                record = self.get_run(run_id)
+            except (RateLimited, Unavailable) as exc:
+                time.sleep(waiting.pause(exc.retry_after))
+                continue
+            if record.final:
+                return record
+            time.sleep(waiting.pause())
+
+    def list_runs(self, **query: Unpack[ListQuery]) -> TypedRunList:
         """`GET /v1/runs`: a page of the caller's runs, newest first (`limit`, `status`,
         `language`; admins: `user`); pass the page's `next` as `cursor` for the next."""
         return self._send(self._list_runs(query))
 
-    def cancel(self, run_id: str) -> RunRecord:
+    def cancel(self, run_id: str) -> TypedRunRecord:
         """`DELETE /v1/runs/{id}`: cancel a queued or running run; its record afterwards."""
         return self._send(self._cancel(run_id))
 
-    def notebook(self, run_id: str) -> dict[str, Any]:
-        """`GET /v1/runs/{id}/notebook`: the run as an nbformat v4 notebook (JSON)."""
+    def notebook(self, run_id: str) -> NotebookNode:
+        """`GET /v1/runs/{id}/notebook`: the run as an nbformat v4 notebook (`nbformat.write`
+        writes it as it is)."""
         return self._send(self._notebook(run_id))
 
     def run_notebook(
@@ -125,6 +163,37 @@ class GatewayClient(BaseGatewayClient):
     ) -> NotebookResult:
         """`POST /v1/notebooks/run`: every code cell of `notebook` in one fresh kernel."""
         return self._send(self._run_notebook(notebook, options))
+
+    def stream_run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunStream:
+        """`WebSocket /v1/stream`: run `code` and get its events as they happen
+        (`gateway.client.stream.RunStream`). Nothing is sent before the first event is
+        asked for; a refused handshake or run raises the client's errors then."""
+        return RunStream(self._open_stream, self._run_message(code, options))
+
+    def stream_notebook(
+        self, notebook: Mapping[str, Any], **options: Unpack[NotebookOptions]
+    ) -> RunStream:
+        """`WebSocket /v1/stream`: replay `notebook` and get its events as they happen: per
+        cell `CellStartedEvent`, its outputs (with `index`), `CellFinishedEvent`; the
+        stream's `notebook` is the executed notebook after `done`."""
+        return RunStream(self._open_stream, self._notebook_message(notebook, options))
+
+    def _open_stream(self, closes: contextlib.ExitStack) -> SyncClientConnection:
+        """A connection to `/v1/stream` (websockets' threaded client: it answers the
+        gateway's pings while the caller is busy elsewhere), closed by `closes`."""
+        headers = self.headers
+        user_agent = headers.pop("User-Agent")
+        try:
+            connecting = sync_connect(
+                self.stream_url,
+                additional_headers=headers,
+                user_agent_header=user_agent,
+                open_timeout=self.timeout,
+                max_size=MAX_MESSAGE_BYTES,
+            )
+            return closes.enter_context(connecting)  # as websockets asks: as a context
+        except HANDSHAKE_FAILURES as exc:
+            raise _refused_stream(self.stream_url, exc) from exc
 
     # --- uploads and operations -----------------------------------------------------------
 
@@ -149,7 +218,7 @@ class GatewayClient(BaseGatewayClient):
         deletes what it kept); from `snapshot` if given (gateway.client.sessions)."""
         return Session(self, snapshot)
 
-    def list_snapshots(self) -> SnapshotList:
+    def list_snapshots(self) -> TypedSnapshotList:
         """`GET /v1/snapshots`: the caller's kept kernel states, least recently used first."""
         return self._send(self._list_snapshots())
 
@@ -158,13 +227,15 @@ class GatewayClient(BaseGatewayClient):
         self._send(self._delete_snapshot(snapshot_id))
 
     def openapi(self) -> dict[str, Any]:
-        """`GET /openapi.json`: the OpenAPI 3.1 document."""
+        """`GET /openapi.json`: the OpenAPI 3.1 document, as its JSON. A dict on purpose: it
+        describes the API rather than answering a call (no model of the API stands for it),
+        and what reads it (a validator, a code generator) takes the JSON."""
         return self._send(self._openapi())
 
 
 class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
-    """The calls of `GatewayClient` for asyncio (`await client.run(...)`), plus the
-    WebSocket: `stream_run` yields a run's events as they happen.
+    """The calls of `GatewayClient` for asyncio (`await client.run(...)`); `stream_run` is
+    an async iterator of a run's events.
 
         async with AsyncGatewayClient(url, token=token) as client:
             record = await client.run("print(1)")
@@ -195,29 +266,46 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
 
     # --- runs -----------------------------------------------------------------------------
 
-    async def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord:
+    async def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> TypedRunRecord:
         """`POST /v1/runs`: run `code` (or `entrypoint`) in a fresh kernel; its record."""
         return await self._send(self._run(code, options))
 
     async def start(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunAccepted:
-        """`POST /v1/runs` in the background: `{id, status}` at once; poll `get_run`."""
+        """`POST /v1/runs` in the background: `{id, status}` at once; `wait(id)` for its
+        record."""
         return await self._send(self._start(code, options))
 
-    async def get_run(self, run_id: str) -> RunRecord:
+    async def get_run(self, run_id: str) -> TypedRunRecord:
         """`GET /v1/runs/{id}`: the record (`queued` or `running` while it runs)."""
         return await self._send(self._get_run(run_id))
 
-    async def list_runs(self, **query: Unpack[ListQuery]) -> RunList:
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> TypedRunRecord:
+        """The record of a background run once it is final (`GET /v1/runs/{id}` until then,
+        further and further apart: `Waiting`); `TimeoutError` if it is not after `timeout`
+        seconds (the run goes on; cancelling the waiting task does not cancel the run)."""
+        waiting = Waiting(run_id, timeout)
+        while True:
+            try:
+                record = await self.get_run(run_id)
+            except (RateLimited, Unavailable) as exc:
+                await asyncio.sleep(waiting.pause(exc.retry_after))
+                continue
+            if record.final:
+                return record
+            await asyncio.sleep(waiting.pause())
+
+    async def list_runs(self, **query: Unpack[ListQuery]) -> TypedRunList:
         """`GET /v1/runs`: a page of the caller's runs, newest first (`limit`, `status`,
         `language`; admins: `user`); pass the page's `next` as `cursor` for the next."""
         return await self._send(self._list_runs(query))
 
-    async def cancel(self, run_id: str) -> RunRecord:
+    async def cancel(self, run_id: str) -> TypedRunRecord:
         """`DELETE /v1/runs/{id}`: cancel a queued or running run; its record afterwards."""
         return await self._send(self._cancel(run_id))
 
-    async def notebook(self, run_id: str) -> dict[str, Any]:
-        """`GET /v1/runs/{id}/notebook`: the run as an nbformat v4 notebook (JSON)."""
+    async def notebook(self, run_id: str) -> NotebookNode:
+        """`GET /v1/runs/{id}/notebook`: the run as an nbformat v4 notebook (`nbformat.write`
+        writes it as it is)."""
         return await self._send(self._notebook(run_id))
 
     async def run_notebook(
@@ -226,21 +314,19 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
         """`POST /v1/notebooks/run`: every code cell of `notebook` in one fresh kernel."""
         return await self._send(self._run_notebook(notebook, options))
 
-    def stream_run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunStream:
+    def stream_run(self, code: str | None = None, **options: Unpack[RunOptions]) -> AsyncRunStream:
         """`WebSocket /v1/stream`: run `code` and get its events as they happen
-        (`gateway.client.stream.RunStream`). Nothing is sent before the first event is
+        (`gateway.client.stream.AsyncRunStream`). Nothing is sent before the first event is
         asked for; a refused handshake or run raises the client's errors then."""
-        message = {"type": "run", "ref": "run", **run_body(code, options)}
-        return RunStream(self._open_stream, message)
+        return AsyncRunStream(self._open_stream, self._run_message(code, options))
 
     def stream_notebook(
         self, notebook: Mapping[str, Any], **options: Unpack[NotebookOptions]
-    ) -> RunStream:
+    ) -> AsyncRunStream:
         """`WebSocket /v1/stream`: replay `notebook` and get its events as they happen: per
         cell `CellStartedEvent`, its outputs (with `index`), `CellFinishedEvent`; the
         stream's `notebook` is the executed notebook after `done`."""
-        message = {"type": "notebook", "ref": "notebook", **notebook_body(notebook, options)}
-        return RunStream(self._open_stream, message)
+        return AsyncRunStream(self._open_stream, self._notebook_message(notebook, options))
 
     async def _open_stream(self) -> ClientConnection:
         """A connection to `/v1/stream`; the token goes in the `Authorization` header
@@ -255,12 +341,8 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
                 open_timeout=self.timeout,
                 max_size=MAX_MESSAGE_BYTES,
             )
-        except InvalidStatus as exc:
-            answer = exc.response
-            retry_after = answer.headers.get("Retry-After")
-            raise error_from_answer(answer.status_code, bytes(answer.body), retry_after) from exc
-        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
-            raise Unreachable(f"No WebSocket to the gateway at {self.stream_url}: {exc}") from exc
+        except HANDSHAKE_FAILURES as exc:
+            raise _refused_stream(self.stream_url, exc) from exc
 
     # --- uploads and operations -----------------------------------------------------------
 
@@ -288,7 +370,7 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
         leaving deletes what it kept); from `snapshot` if given."""
         return AsyncSession(self, snapshot)
 
-    async def list_snapshots(self) -> SnapshotList:
+    async def list_snapshots(self) -> TypedSnapshotList:
         """`GET /v1/snapshots`: the caller's kept kernel states, least recently used first."""
         return await self._send(self._list_snapshots())
 
@@ -297,5 +379,6 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
         await self._send(self._delete_snapshot(snapshot_id))
 
     async def openapi(self) -> dict[str, Any]:
-        """`GET /openapi.json`: the OpenAPI 3.1 document."""
+        """`GET /openapi.json`: the OpenAPI 3.1 document, as its JSON (see
+        `GatewayClient.openapi` for why a dict)."""
         return await self._send(self._openapi())

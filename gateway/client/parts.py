@@ -1,6 +1,10 @@
-"""Typed views of a run record's parts that travel as plain JSON (the record keeps them as
-the kernel sent them): its error, its charts and its returned files, read with the models
-that describe them in the OpenAPI document (`gateway.models.record`)."""
+"""Deprecated: a run record's error, charts and returned files, read with their models.
+
+The client's records are typed all the way down now (`gateway.models.typed.TypedRunRecord`):
+`record.error`, `record.charts` and `record.files` are these models already. The three
+functions stay for code written against the records of old, whose parts were dicts; given a
+typed record they return its own fields, given a server's `RunRecord` they read its JSON.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from gateway.models.record import (
     RunError,
     RunRecord,
 )
+from gateway.models.typed import TypedRunRecord
 
 T = TypeVar("T")
 
@@ -26,19 +31,25 @@ _FILES = pydantic.TypeAdapter(list[ReturnedFile])
 
 
 def run_error(record: RunRecord) -> RunError | None:
-    """The run's uncaught error (`ename`, `evalue`, `traceback`), if it has one."""
+    """Deprecated: `record.error`."""
+    if isinstance(record, TypedRunRecord):
+        return record.error
     if record.error is None:
         return None
     return _read(lambda: RunError.model_validate(record.error), "error")
 
 
 def run_charts(record: RunRecord) -> list[Chart]:
-    """The run's charts, in order: `mime`, `data`, `source`, `path`, `spec`."""
+    """Deprecated: `record.charts`."""
+    if isinstance(record, TypedRunRecord):
+        return record.charts
     return _read(lambda: _CHARTS.validate_python(record.charts), "charts")
 
 
 def returned_files(record: RunRecord) -> list[ReturnedFileContent | ReturnedFileError]:
-    """The run's `return_files` entries, in order: each a file's content, or why not."""
+    """Deprecated: `record.files`."""
+    if isinstance(record, TypedRunRecord):
+        return record.files
     files = _read(lambda: _FILES.validate_python(record.files), "files")
     return [entry.root for entry in files]
 

@@ -20,13 +20,13 @@ from typing import Protocol, Unpack
 
 from gateway.client.base import RunOptions
 from gateway.errors import NotFound, SnapshotGone
-from gateway.models.record import RunRecord
+from gateway.models.typed import TypedRunRecord
 
 
 class SyncRuns(Protocol):
     """What a session needs of a client (`GatewayClient`)."""
 
-    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord: ...
+    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> TypedRunRecord: ...
 
     def delete_snapshot(self, snapshot_id: str) -> None: ...
 
@@ -34,7 +34,9 @@ class SyncRuns(Protocol):
 class AsyncRuns(Protocol):
     """What an async session needs of a client (`AsyncGatewayClient`)."""
 
-    async def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord: ...
+    async def run(
+        self, code: str | None = None, **options: Unpack[RunOptions]
+    ) -> TypedRunRecord: ...
 
     async def delete_snapshot(self, snapshot_id: str) -> None: ...
 
@@ -52,7 +54,7 @@ class _State:
             chosen["continue_from"] = self.snapshot
         return chosen
 
-    def after(self, record: RunRecord) -> RunRecord:
+    def after(self, record: TypedRunRecord) -> TypedRunRecord:
         if record.snapshot is not None:
             self.snapshot = record.snapshot.id
             self.kept.append(record.snapshot.id)
@@ -71,7 +73,7 @@ class Session:
         """The snapshot the next run starts from (None before the first)."""
         return self._state.snapshot
 
-    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord:
+    def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> TypedRunRecord:
         record = self.client.run(code, **self._state.options(options))
         return self._state.after(record)
 
@@ -104,7 +106,7 @@ class AsyncSession:
     def snapshot(self) -> str | None:
         return self._state.snapshot
 
-    async def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> RunRecord:
+    async def run(self, code: str | None = None, **options: Unpack[RunOptions]) -> TypedRunRecord:
         record = await self.client.run(code, **self._state.options(options))
         return self._state.after(record)
 

@@ -1,25 +1,39 @@
 """How `gateway run` shows a notebook replay as it goes: a progress line per cell,
-`[12/40] cell 12 · 0.8 s`, and the first error's traceback as soon as it comes.
+`[12/40] In [12] · 812 ms`, and the first error's traceback as soon as it comes.
+
+A code cell is named as Jupyter names it, by its execution count (`In [12]`; `In [*]` while
+it runs), and a duration is in milliseconds under a second and in seconds, to a tenth, from
+one on (`42 ms`, `1.3 s`): the page says both the same way.
 
 On a terminal the line is redrawn in place by tqdm (the client extra, `pip install
 'kernel-gateway[client]'`): tqdm has no dependencies of its own and writes exactly the text
 it is given (nothing in a run's output is read as markup), and `tqdm.write` prints above
-the line without breaking it. When stdout is not a terminal, or tqdm is not installed,
-each finished cell is one plain line. Everything shown of the run went through the
-command's `show` (terminal-safe unless `--raw`).
+the line without breaking it. When stdout is not a terminal, or is one that reports a size
+of 0x0 (a pseudo-terminal nobody sized: `script`, `docker exec -t`, some CI runners; tqdm
+draws nothing there), or tqdm is not installed, each finished cell is one plain line.
+Everything shown of the run went through the command's `show` (terminal-safe unless
+`--raw`).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-from collections.abc import Callable
 from typing import Any, TextIO
 
 from gateway.models.stream import CellFinishedEvent, CellStartedEvent
 
-Show = Callable[[str], str]
+
+def duration(ms: int) -> str:
+    """`42 ms` under a second, `1.3 s` from one on."""
+    if ms < 1000:
+        return f"{ms} ms"
+    return f"{ms / 1000:.1f} s"
+
+
+def cell_name(execution_count: int | None) -> str:
+    """A code cell as Jupyter names it: `In [3]`, or `In [*]` before it has a count."""
+    return f"In [{'*' if execution_count is None else execution_count}]"
 
 
 def _tqdm() -> Any:
@@ -41,7 +55,9 @@ class CellProgress:
 
     @staticmethod
     def line(done: int, total: int, event: CellFinishedEvent) -> str:
-        text = f"[{done}/{total}] cell {event.index + 1} · {event.duration_ms / 1000:.1f} s"
+        text = (
+            f"[{done}/{total}] {cell_name(event.execution_count)} · {duration(event.duration_ms)}"
+        )
         return text if event.status == "ok" else f"{text} · {event.status}"
 
     def started(self, event: CellStartedEvent) -> None:
@@ -61,25 +77,22 @@ class CellProgress:
 
 
 class TerminalProgress(CellProgress):
-    """One line redrawn in place by tqdm, on a terminal."""
+    """One line redrawn in place by tqdm, on a terminal that reports its size."""
 
     def __init__(self, total: int, tqdm: Any, out: TextIO | None = None) -> None:
         super().__init__(total, out)
         self._tqdm = tqdm
-        # a terminal that says it has no columns (a pty nobody sized) gets $COLUMNS or 80
-        sized = _columns(self.out) > 0
         self._bar = tqdm(
             total=total,
             file=self.out,
             bar_format="[{n_fmt}/{total_fmt}] {desc}",
             desc="starting",
-            dynamic_ncols=sized,
-            ncols=None if sized else shutil.get_terminal_size().columns,
+            dynamic_ncols=True,
             leave=True,
         )
 
     def started(self, event: CellStartedEvent) -> None:
-        self._bar.set_description_str(f"cell {event.index + 1} · running", refresh=True)
+        self._bar.set_description_str(f"{cell_name(None)} · running", refresh=True)
 
     def finished(self, event: CellFinishedEvent) -> None:
         self.done += 1
@@ -94,15 +107,20 @@ class TerminalProgress(CellProgress):
         self._bar.close()
 
 
-def _columns(file: TextIO) -> int:
+def sized_terminal(file: TextIO) -> bool:
+    """Whether `file` is a terminal that says how large it is (neither side 0)."""
     try:
-        return os.get_terminal_size(file.fileno()).columns
+        if not file.isatty():
+            return False
+        size = os.get_terminal_size(file.fileno())
     except (OSError, ValueError):
-        return 0
+        return False
+    return size.columns > 0 and size.lines > 0
 
 
-def cell_progress(total: int) -> CellProgress:
-    """The display for this stdout: tqdm's line on a terminal (when installed), else plain
-    lines."""
-    tqdm = _tqdm() if sys.stdout.isatty() else None
-    return CellProgress(total) if tqdm is None else TerminalProgress(total, tqdm)
+def cell_progress(total: int, out: TextIO | None = None) -> CellProgress:
+    """The display for `out` (stdout): tqdm's line on a terminal that reports its size (when
+    tqdm is installed), else plain lines."""
+    out = out or sys.stdout
+    tqdm = _tqdm() if sized_terminal(out) else None
+    return CellProgress(total, out) if tqdm is None else TerminalProgress(total, tqdm, out)

@@ -1,7 +1,7 @@
 """`gateway run FILE`: run a notebook or a script on a running gateway, from a shell, and
 watch it as it runs (over the WebSocket, through the async client's stream).
 
-A `.ipynb` is replayed cell by cell: a progress line per cell (`[12/40] cell 12 · 0.8 s`,
+A `.ipynb` is replayed cell by cell: a progress line per cell (`[12/40] In [12] · 812 ms`,
 redrawn in place on a terminal; plain lines otherwise), the first error's traceback as
 soon as it happens, then the executed notebook is written next to it as
 `<stem>.executed.ipynb` (or to `--out`) and a short report is printed. A `.py`, `.sh`,
@@ -31,32 +31,31 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from nbformat import NotebookNode
 from pydantic import BaseModel, ValidationError
 
 from gateway.client import (
     AsyncGatewayClient,
+    AsyncRunStream,
     GatewayError,
     NotebookOptions,
     PayloadTooLarge,
     RateLimited,
     RunOptions,
-    RunStream,
     UnexpectedAnswer,
     Unreachable,
-    returned_files,
-    run_charts,
-    run_error,
 )
-from gateway.commands.progress import CellProgress, cell_progress
+from gateway.commands.progress import CellProgress, cell_name, cell_progress, duration
 from gateway.commands.staging import Staged, StagingError, file_specs, save_returned, stage
 from gateway.models.common import Language
-from gateway.models.record import Chart, RunError, RunRecord
+from gateway.models.record import Chart, RunError
 from gateway.models.stream import (
     CellFinishedEvent,
     CellStartedEvent,
     OutputDroppedEvent,
     OutputEvent,
 )
+from gateway.models.typed import TypedRunRecord
 from gateway.terminal import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:8888"
@@ -240,7 +239,8 @@ def run_notebook(args: argparse.Namespace) -> int:
         raise CommandError(f"{path} is not a JSON notebook: {exc}", USAGE) from exc
     if not isinstance(notebook, dict):
         raise CommandError(f"{path} is not a JSON notebook: not an object", USAGE)
-    options: NotebookOptions = {"allow_errors": bool(args.allow_errors)}
+    # `name`: the record and the listing say which notebook this replay was
+    options: NotebookOptions = {"allow_errors": bool(args.allow_errors), "name": path.name}
     if args.timeout is not None:
         options["timeout"] = args.timeout
     if args.cell_timeout is not None:
@@ -257,13 +257,11 @@ def run_notebook(args: argparse.Namespace) -> int:
         raise CommandError(f"cannot write {out}: {exc}", FAILED) from exc
     try:
         cells = ReportNotebook.model_validate(executed)
-        error = run_error(record)
-        entries = returned_files(record)
-    except (ValidationError, GatewayError) as exc:
+    except ValidationError as exc:
         raise CommandError(f"the gateway's answer is not the API's: {exc}", FAILED) from exc
-    lines = notebook_report(path, cells, record, error)
+    lines = notebook_report(path, cells, record, record.error)
     print("\n".join(show(line) for line in lines))
-    _save_returned(entries, out.parent, show)
+    _save_returned(record.files, out.parent, show)
     print(f"executed notebook: {out}")
     return exit_status(record)
 
@@ -274,7 +272,7 @@ async def _replay(
     options: NotebookOptions,
     staged: list[Staged],
     show: Show,
-) -> tuple[RunRecord, dict[str, Any]]:
+) -> tuple[TypedRunRecord, NotebookNode]:
     """Replay over the WebSocket, showing it as it goes; the whole record and notebook."""
     async with gateway_client(args) as client:
         progress = cell_progress(_code_cells(notebook))
@@ -288,22 +286,48 @@ async def _replay(
             raise refusal(exc, staged) from exc
 
 
-async def _watch_notebook(stream: RunStream, progress: CellProgress, show: Show) -> None:
+class FirstError:
+    """The replay's first error, shown as soon as its cell's number is known: an error ends
+    its cell, whose `cell_finished` (with its execution count) follows at once. Should that
+    event be skipped (a slow reader), the error is shown unnumbered when the replay moves
+    on."""
+
+    def __init__(self, progress: CellProgress, show: Show) -> None:
+        self.progress = progress
+        self.show = show
+        self.pending: OutputEvent | None = None
+        self.shown = False
+
+    def output(self, event: OutputEvent) -> None:
+        if not self.shown and self.pending is None and event.output.get("output_type") == "error":
+            self.pending = event
+
+    def cell_finished(self, event: CellFinishedEvent) -> None:
+        if self.pending is not None and self.pending.index == event.index:
+            self.flush(f" at {cell_name(event.execution_count)}")
+
+    def flush(self, where: str = "") -> None:
+        if self.pending is not None:
+            output, self.pending, self.shown = self.pending.output, None, True
+            self.progress.write(self.show(error_text(output, where)), sys.stderr)
+
+
+async def _watch_notebook(stream: AsyncRunStream, progress: CellProgress, show: Show) -> None:
     """Show the replay's cells as they finish, and its first error at once."""
-    shown_error = False
+    first_error = FirstError(progress, show)
     dropped = 0
     async for event in stream:
         if isinstance(event, CellStartedEvent):
+            first_error.flush()
             progress.started(event)
         elif isinstance(event, CellFinishedEvent):
+            first_error.cell_finished(event)
             progress.finished(event)
-        elif isinstance(event, OutputEvent) and event.output.get("output_type") == "error":
-            if not shown_error:
-                shown_error = True
-                where = "" if event.index is None else f" in cell {event.index + 1}"
-                progress.write(show(error_text(event.output, where)), sys.stderr)
+        elif isinstance(event, OutputEvent):
+            first_error.output(event)
         elif isinstance(event, OutputDroppedEvent):
             dropped += event.dropped
+    first_error.flush()
     if dropped:
         progress.write(
             f"gateway run: {dropped} live events were skipped (this terminal read too slowly); "
@@ -313,8 +337,8 @@ async def _watch_notebook(stream: RunStream, progress: CellProgress, show: Show)
 
 
 async def _replayed(
-    client: AsyncGatewayClient, stream: RunStream
-) -> tuple[RunRecord, dict[str, Any]]:
+    client: AsyncGatewayClient, stream: AsyncRunStream
+) -> tuple[TypedRunRecord, NotebookNode]:
     """The replay's whole record and executed notebook: from `done`, or from the gateway
     when `done` had to be cut to its limit."""
     record, executed = stream.record, stream.notebook
@@ -354,15 +378,14 @@ def _relative(path: Path) -> str:
 
 
 def notebook_report(
-    path: Path, notebook: ReportNotebook, run: RunRecord, error: RunError | None
+    path: Path, notebook: ReportNotebook, run: TypedRunRecord, error: RunError | None
 ) -> list[str]:
     """A few lines: how it ended, how many cells ran, the first error, the notes."""
     cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     ran = sum(1 for cell in cells if cell.execution_count is not None)
-    seconds = run.usage.wall_ms / 1000
     lines = [
-        f"{path.name}: {run.status} in {seconds:.2f} s, {ran} of {len(cells)} code cells "
-        f"run (run {run.id})"
+        f"{path.name}: {run.status} in {duration(run.usage.wall_ms)}, {ran} of {len(cells)} "
+        f"code cells run (run {run.id})"
     ]
     if error is not None:
         where = _error_cell(notebook)
@@ -375,9 +398,9 @@ def notebook_report(
 
 
 def _error_cell(notebook: ReportNotebook) -> str:
-    for position, cell in enumerate(notebook.cells, start=1):
+    for cell in notebook.cells:
         if cell.cell_type == "code" and any(o.output_type == "error" for o in cell.outputs):
-            return f" in cell {position} (In [{cell.execution_count}])"
+            return f" at {cell_name(cell.execution_count)}"
     return ""
 
 
@@ -403,10 +426,7 @@ def run_script(args: argparse.Namespace) -> int:
     with_files(options, args, staged)
     show = _shower(args)
     run, watched = asyncio.run(_run(args, code, options, staged, show))
-    try:
-        error, charts, entries = run_error(run), run_charts(run), returned_files(run)
-    except GatewayError as exc:
-        raise CommandError(f"the gateway's answer is not the API's: {exc}", FAILED) from exc
+    error, charts, entries = run.error, run.charts, run.files
     if watched.dropped:
         print(
             f"gateway run: {watched.dropped} live outputs were skipped (this terminal read too "
@@ -440,7 +460,7 @@ class Watched:
 
 async def _run(
     args: argparse.Namespace, code: str, options: RunOptions, staged: list[Staged], show: Show
-) -> tuple[RunRecord, Watched]:
+) -> tuple[TypedRunRecord, Watched]:
     """Run over the WebSocket, its output shown as it comes; the whole record."""
     async with gateway_client(args) as client:
         try:
@@ -456,7 +476,7 @@ async def _run(
     return run, watched
 
 
-async def _watch_script(stream: RunStream, show: Show) -> Watched:
+async def _watch_script(stream: AsyncRunStream, show: Show) -> Watched:
     """Write the run's stdout and stderr to ours as they come, and its error's traceback
     when it comes."""
     watched = Watched()
@@ -516,7 +536,7 @@ def _read(path: Path) -> str:
         raise CommandError(f"cannot read {path}: {exc}", USAGE) from exc
 
 
-def exit_status(run: RunRecord) -> int:
+def exit_status(run: TypedRunRecord) -> int:
     """The run's exit code when it has one a process can return, else 1 (0 only on success)."""
     if run.status == "succeeded":
         return 0

@@ -131,14 +131,14 @@ class Execution:
             return session
         for count, index in enumerate(runnable, start=1):
             cell_json = cells[index]
-            name = f"Cell {index + 1} (In [{count}])"
+            name = f"In [{count}]"  # as Jupyter numbers a cell: its execution count
             if self.cancel.is_set():
                 result.stop("cancelled")
                 return session
             if deadline.passed:
                 result.notes.append(
                     f"The notebook ran out of its timeout ({program.timeout:g} s) before "
-                    f"cell {index + 1}; it and the cells after it did not run."
+                    f"In [{count}]; it and the cells after it did not run."
                 )
                 result.stop("timeout")
                 return session

@@ -7,7 +7,7 @@ options of the program, not a second code path:
 
 - `keep_saved_charts`: a single run's outputs keep the images `savefig` published (agents
   read them there); a replayed cell, like Jupyter, shows nothing for a `savefig` call;
-- `cell_names`: a replay's notes name each cell ("Cell 3 (In [2])");
+- `cell_names`: a replay's notes name each cell by its execution count ("In [2]");
 - `timeout` bounds the whole program, `cell_timeout` each cell (equal for a single run).
 """
 

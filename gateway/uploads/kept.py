@@ -28,7 +28,7 @@ def pack(files: Sequence[StagedFile]) -> bytes:
     return out.getvalue()
 
 
-def limits(max_files: int, max_file_bytes: int, max_files_bytes: int) -> ArchiveLimits:
+def read_limits(max_files: int, max_file_bytes: int, max_files_bytes: int) -> ArchiveLimits:
     """What a kept set of files may be read back as: what a request's `files` may stage
     (its count, each file's and the total size) plus the zip's own headers."""
     return ArchiveLimits(

@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Sequence
 from gateway.budget import ByteBudget
 from gateway.errors import NotFound, RateLimited
 from gateway.models.request import StagedFile
-from gateway.uploads import kept
 from gateway.uploads.archives import ArchiveLimits, Unpacked, read_archive
 from gateway.uploads.config import UploadsConfig
+from gateway.uploads.kept import pack, read_limits
 from gateway.uploads.shelf import UPLOAD_ID, ShelvedUpload, UploadShelf, new_upload_id
 
 __all__ = ["UPLOAD_ID", "ShelvedUpload", "UploadService", "new_upload_id"]
@@ -86,14 +86,14 @@ class UploadService:
         (`kept.py`), in turn and within their quota, as an upload is kept; raises
         RateLimited when no turn came within `wait` seconds (a run does not wait long)."""
         async with self._turn(user, wait):
-            data = await asyncio.to_thread(kept.pack, files)
+            data = await asyncio.to_thread(pack, files)
             unpacked_bytes = sum(len(f.data) for f in files)
             return await self.shelf.keep(user, data, len(files), unpacked_bytes, self.quota)
 
     async def unpack_kept(self, upload_id: str, user: str) -> Unpacked:
         """The files `keep_files` kept, read back under the limits of a request's `files`
         (NotFound when they went)."""
-        limits = kept.limits(
+        limits = read_limits(
             self.config.max_files, self.config.max_file_bytes, self.config.max_files_bytes
         )
         return await self._unpack(upload_id, user, limits)
