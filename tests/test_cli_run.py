@@ -159,6 +159,24 @@ def test_notebook_options_and_out(server: GatewayThread, tmp_path: Path) -> None
     assert not (tmp_path / "error.executed.ipynb").exists()
 
 
+def test_a_notebooks_charts_are_saved_beside_it_as_a_scripts_are(
+    server: GatewayThread, tmp_path: Path
+) -> None:
+    cells = [
+        nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()"),
+        nbformat.v4.new_code_cell("plt.bar(['a'], [1]); plt.savefig('bar.svg')"),
+    ]
+    (tmp_path / "charts.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(cells=cells)))
+    out = tmp_path / "results" / "charts-done.ipynb"
+    out.parent.mkdir()
+    done = gateway_run(tmp_path, "charts.ipynb", "--out", str(out), url=url_of(server))
+    assert done.returncode == 0, done.stderr
+    png, svg = out.parent / "charts-chart-1.png", out.parent / "charts-chart-2.svg"
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert "<svg" in svg.read_text()
+    assert "saved a chart to results/charts-chart-1.png" in done.stdout
+
+
 def test_a_succeeding_notebook_exits_0(server: GatewayThread, tmp_path: Path) -> None:
     shutil.copy(REPO / "notebooks" / "pandas_table.ipynb", tmp_path / "table.ipynb")
     done = gateway_run(tmp_path, "table.ipynb", url=url_of(server))

@@ -4,9 +4,10 @@ watch it as it runs (over the WebSocket, through the async client's stream).
 A `.ipynb` is replayed cell by cell: a progress line per cell (`[12/40] In [12] · 812 ms`,
 redrawn in place on a terminal; plain lines otherwise), the first error's traceback as
 soon as it happens, then the executed notebook is written next to it as
-`<stem>.executed.ipynb` (or to `--out`) and a short report is printed. A `.py`, `.sh`,
-`.js` or `.ts` file is run: its stdout and stderr go to ours as they come, and every chart
-is saved as `<stem>-chart-N.png|jpg|svg` in the current folder. `--files PATH ...` stages
+`<stem>.executed.ipynb` (or to `--out`), every chart beside it as
+`<stem>-chart-N.png|jpg|svg`, and a short report is printed. A `.py`, `.sh`, `.js` or
+`.ts` file is run: its stdout and stderr go to ours as they come, and every chart is saved
+as `<stem>-chart-N.png|jpg|svg` in the current folder. `--files PATH ...` stages
 files and folders (relative paths kept: `--files data/`), `--return GLOB ...` saves the
 files the run wrote that match, next to the executed notebook (or the script). The exit
 status is the run's exit code; 1 when the run ended without one (timeout, limit, cancel)
@@ -261,6 +262,8 @@ def run_notebook(args: argparse.Namespace) -> int:
         raise CommandError(f"the gateway's answer is not the API's: {exc}", FAILED) from exc
     lines = notebook_report(path, cells, record, record.error)
     print("\n".join(show(line) for line in lines))
+    for saved in save_charts(record.charts, path.stem, out.parent):
+        print(f"saved a chart to {_relative(saved)}")
     _save_returned(record.files, out.parent, show)
     print(f"executed notebook: {out}")
     return exit_status(record)
@@ -500,11 +503,12 @@ async def _watch_script(stream: AsyncRunStream, show: Show) -> Watched:
     return watched
 
 
-def save_charts(charts: list[Chart], stem: str) -> list[Path]:
-    """Write each chart to `<stem>-chart-N.<ext>` in the current folder."""
+def save_charts(charts: list[Chart], stem: str, folder: Path | None = None) -> list[Path]:
+    """Write each chart to `<stem>-chart-N.<ext>` in `folder` (the current folder)."""
     saved = []
     for number, chart in enumerate(charts, start=1):
-        target = Path(f"{stem}-chart-{number}{CHART_SUFFIXES[chart.mime]}")
+        name = f"{stem}-chart-{number}{CHART_SUFFIXES[chart.mime]}"
+        target = Path(name) if folder is None else folder / name
         try:
             if chart.mime in ("image/svg+xml", "application/vnd.plotly.v1+json"):
                 target.write_text(chart.data, encoding="utf-8")
