@@ -178,6 +178,8 @@ def test_stdio_against_a_running_gateway() -> None:
             listed = texts(await session.call_tool("list_runs", {"limit": 1}))
             first, more = listed.splitlines()
             assert "failed, exit code 1  python run" in first and "'# second'" in first
+            # the time as the API writes it
+            assert re.search(r"  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z  ", first), first
             assert more.startswith("next cursor: ")
             older = await session.call_tool(
                 "list_runs", {"limit": 1, "cursor": more.removeprefix("next cursor: ")}

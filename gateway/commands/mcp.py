@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import json
 import logging
 import os
@@ -288,6 +289,13 @@ def build_server(
     return server
 
 
+def _rfc3339(when: dt.datetime | str) -> str:
+    """As the API writes a time: `2026-01-05T10:00:00.000Z` (a typed listing's datetime)."""
+    if isinstance(when, str):
+        return when
+    return when.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def format_runs(page: RunList) -> str:
     """A page of runs, a line each, newest first; the cursor for more when there is more."""
     if not page.runs:
@@ -298,7 +306,7 @@ def format_runs(page: RunList) -> str:
         line = strip_colors(run.first_line)
         lines.append(
             f"{run.id}  {run.status}{exit_code}  {run.language} {run.kind}  "
-            f"{run.created_at}  {line!r}"
+            f"{_rfc3339(run.created_at)}  {line!r}"
         )
     if page.next is not None:
         lines.append(f"next cursor: {page.next}")
