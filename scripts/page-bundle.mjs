@@ -45,6 +45,8 @@ function inputsHash() {
 const COMMON = {
   absWorkingDir: ROOT,
   entryNames: "[name]-[hash]",
+  assetNames: "[name]-[hash]",
+  loader: { ".woff2": "file" },
   bundle: true,
   format: "esm",
   target: ["es2022"],
@@ -62,10 +64,30 @@ function outputsOf(result, outdir) {
   return Object.keys(result.metafile.outputs).map((path) => relative(join(ROOT, outdir), join(ROOT, path)));
 }
 
+// KaTeX's style sheet names each font three times (woff2, woff, ttf); every browser the page
+// supports reads woff2, so only those fonts are bundled (and served: font-src 'self').
+const woff2Only = {
+  name: "woff2-only",
+  setup(build) {
+    build.onLoad({ filter: /[\\/]katex[\\/]dist[\\/]katex\.css$/ }, (args) => ({
+      contents: readFileSync(args.path, "utf8").replace(/,\s*url\([^)]*\.(?:woff|ttf)\)\s*format\("(?:woff|truetype)"\)/g, ""),
+      loader: "css",
+      resolveDir: dirname(args.path),
+    }));
+  },
+};
+
 async function bundle(outdir) {
-  // 1. The npm packages, on their own (src/vendor.js re-exports what the page uses).
-  const vendor = await esbuild.build({ ...COMMON, outdir, entryPoints: { vendor: `${SOURCES}/vendor.js` } });
+  // 1. The npm packages, on their own (src/vendor.js re-exports what the page uses, and
+  // imports KaTeX's style sheet: vendor-<hash>.css and its fonts).
+  const vendor = await esbuild.build({
+    ...COMMON,
+    outdir,
+    entryPoints: { vendor: `${SOURCES}/vendor.js` },
+    plugins: [woff2Only],
+  });
   const vendorScript = outputsOf(vendor, outdir).find((name) => name.endsWith(".js"));
+  const vendorStyle = outputsOf(vendor, outdir).find((name) => name.endsWith(".css"));
   // 2. The page's own modules, importing the vendor bundle by its hashed name.
   const linkVendor = {
     name: "vendor",
@@ -88,6 +110,7 @@ async function bundle(outdir) {
     script: outputsOf(page, outdir).find((name) => name.endsWith(".js")),
     style: outputsOf(page, outdir).find((name) => name.endsWith(".css")),
     vendor: vendorScript,
+    vendor_style: vendorStyle,
     frame_style_sha256: sha256(frameStyle, "base64"),
     esbuild: esbuild.version,
     inputs_sha256: inputsHash(),

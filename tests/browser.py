@@ -137,6 +137,47 @@ class Page:
         """What the live region says now."""
         return str(self.page.locator("#announcer").inner_text())
 
+    def listen(self) -> None:
+        """From now on, everything the live region says is kept in `window.__said`."""
+        self.page.evaluate(
+            """() => {
+                window.__said = [];
+                const region = document.querySelector('#announcer');
+                new MutationObserver(() => region.textContent && window.__said.push(region.textContent))
+                  .observe(region, {childList: true, characterData: true, subtree: true});
+            }"""
+        )
+
+    def all_said(self) -> list[str]:
+        """What the live region said since `listen`."""
+        return list(self.page.evaluate("window.__said"))
+
+    # --- kept in the browser, asked of the person
+
+    def wait_kept(self) -> None:
+        """Until the page has written what it keeps across a reload (IndexedDB)."""
+        self.page.wait_for_selector("body[data-kept=true]", state="attached")
+
+    @contextlib.contextmanager
+    def answering(self, accept: bool) -> Iterator[list[str]]:
+        """Answer the page's dialogs (a confirm) in the block, yes or no; yields their messages.
+        Outside such a block Playwright dismisses them: a test sees a question it did not
+        expect as the page going on as if the person said no."""
+        asked: list[str] = []
+
+        def answer(dialog: Any) -> None:
+            asked.append(dialog.message)
+            if accept:
+                dialog.accept()
+            else:
+                dialog.dismiss()
+
+        self.page.on("dialog", answer)
+        try:
+            yield asked
+        finally:
+            self.page.remove_listener("dialog", answer)
+
     # --- notebooks
 
     def drop(self, files: dict[str, str]) -> None:
@@ -218,3 +259,21 @@ def downloaded(p: Any, click: Any) -> tuple[str, bytes]:
 def screenshot(p: Any, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     p.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+
+
+AXE = REPO / "node_modules" / "axe-core" / "axe.min.js"
+
+
+def wcag_violations(p: Any) -> list[dict[str, Any]]:
+    """axe-core's WCAG 2 A and AA rules on the page as it is now (serious and critical), as
+    test_page.py's keyboard test checks them."""
+    if not AXE.exists():
+        needs.missing("chromium", f"{AXE} is missing (scripts/page.sh install)")
+    p.evaluate(AXE.read_text())
+    found = p.evaluate(
+        """async () => (await axe.run(document, {
+            runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']},
+        })).violations.map((v) => ({id: v.id, impact: v.impact,
+            nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 5)}))"""
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]

@@ -194,15 +194,17 @@ def test_run_python_live_with_chart_and_table(page: Page) -> None:
         "data:image/png;base64,"
     )
     assert p.locator("#gallery-list .thumb").count() == 1
-    # the table is in a sandboxed iframe (no scripts, opaque origin), styled by the page's
-    # one allowed frame sheet
+    # the table is in a sandboxed iframe (no scripts; the page's origin, for the page to
+    # apply its styles), styled as JupyterLab styles a DataFrame by the page's one allowed
+    # frame sheet: even rows shaded
     frame = p.locator("iframe.html-output")
-    assert frame.get_attribute("sandbox") == ""
+    assert frame.get_attribute("sandbox") == "allow-same-origin"
     cells = p.frame_locator("iframe.html-output").locator("td")
     cells.first.wait_for(timeout=10_000)
     assert "Lima" in cells.all_inner_texts()
-    stripe = p.frame_locator("iframe.html-output").locator("tbody tr").first
-    assert stripe.evaluate("(r) => getComputedStyle(r).backgroundColor") == "rgb(246, 247, 251)"
+    rows = p.frame_locator("iframe.html-output").locator("tbody tr")
+    shades = rows.evaluate_all("(rs) => rs.map((r) => getComputedStyle(r).backgroundColor)")
+    assert shades == ["rgb(255, 255, 255)", "rgb(245, 245, 245)", "rgb(255, 255, 255)"]
 
     # the run as a notebook
     name, data = downloaded(p, p.locator("#download").click)
@@ -334,8 +336,10 @@ def test_the_history_survives_a_reload(page: Page) -> None:
     assert "succeeded" in item.inner_text()
     assert p.locator("#outputs").inner_text() == ""
 
-    # open it: its code, its outputs, its chart, its status again
-    item.click()
+    # open it (in place of the draft never run: yes): its code, outputs, chart, status again
+    with page.answering(True) as asked:
+        item.click()
+    assert len(asked) == 1
     p.wait_for_selector(f"#outputs .stream.stdout:has-text('{marker}')")
     assert page.code() == code
     assert page.status() == "succeeded"
@@ -395,7 +399,7 @@ def test_a_dropped_notebook_replays_cell_by_cell(page: Page) -> None:
     assert page.status("#nb-status") == "running"
     assert "3 of 4 code cells" in p.locator("#nb-progress").inner_text()
     assert p.locator("#gallery-list .thumb").count() == 1  # the chart, live
-    assert "Cell 3 finished" in page.said() or "Cell 2 finished" in page.said()
+    assert "In [2] finished" in page.said() or "In [1] finished" in page.said()
 
     p.locator("#nb-cancel").click()
     assert page.wait_status(*FINAL, which="#nb-status", timeout=20) == "cancelled"
@@ -415,7 +419,11 @@ def test_a_dropped_notebook_replays_cell_by_cell(page: Page) -> None:
 
 
 NOTEBOOK_WITH_DATA = [
-    ("markdown", "## Births by year\nReads `data/births.csv`, next to the notebook."),
+    (
+        "markdown",
+        "## Births by year\nReads `data/births.csv`, next to the notebook: the births $b_y$"
+        " of each year $y$, and their total $\\sum_y b_y$.",
+    ),
     ("code", "import pandas as pd\nbirths = pd.read_csv('data/births.csv')\nbirths"),
     (
         "code",
@@ -447,6 +455,7 @@ def test_a_notebook_with_its_folder_of_data(page: Page, tmp_path: Path) -> None:
     chooser.value.set_files(str(folder))
     p.wait_for_selector("#notebook-view .code-cell")
     assert p.locator("#notebook-title").inner_text() == "births.ipynb"
+    assert p.locator(".markdown-cell .katex").count() == 3  # its math typeset
     staged = p.locator("#file-list .file-path").all_inner_texts()
     assert staged == ["data/births.csv", "data/notes/readme.txt"]
     assert "hidden" in p.locator("#files-summary").inner_text()

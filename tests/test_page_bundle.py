@@ -52,7 +52,7 @@ def test_the_bundle_is_built_from_the_committed_sources_and_lockfile() -> None:
     assert on_disk == set(manifest["files"]), "gateway/static/dist holds other files than built"
     for name, digest in manifest["files"].items():
         assert hashlib.sha256((DIST / name).read_bytes()).hexdigest() == digest, name
-    for key in ("script", "style", "vendor"):
+    for key in ("script", "style", "vendor", "vendor_style"):
         assert manifest[key] in manifest["files"]
     frame = hashlib.sha256((SOURCES / "frame.css").read_bytes()).digest()
     assert manifest["frame_style_sha256"] == base64.b64encode(frame).decode()

@@ -33,6 +33,7 @@ def test_the_page_and_its_policy(local_gateway: GatewayThread) -> None:
     assert policy["script-src"] == ["'self'"]  # no inline script, no eval, nothing foreign
     assert policy["frame-ancestors"] == ["'none'"] and policy["form-action"] == ["'none'"]
     assert policy["connect-src"] == ["'self'"] and policy["base-uri"] == ["'none'"]
+    assert policy["font-src"] == ["'self'"]  # KaTeX's fonts, from the bundle
     assert "unsafe" not in csp  # neither unsafe-inline nor unsafe-eval, for scripts or styles
     assert b'name="gateway-auth" content="none"' in page.body  # no token on this gateway
 
@@ -59,6 +60,9 @@ def test_the_bundle_files_and_their_headers(local_gateway: GatewayThread) -> Non
     script, style = manifest["script"], manifest["style"]
     assert f'<script type="module" src="/static/dist/{script}">' in html
     assert f'<link rel="stylesheet" href="/static/dist/{style}">' in html
+    assert f'<link rel="stylesheet" href="/static/dist/{manifest["vendor_style"]}">' in html
+    fonts = [name for name in manifest["files"] if name.endswith(".woff2")]
+    assert len(fonts) == 20 and all(name.startswith("KaTeX_") for name in fonts), fonts
     page_script = client.request("GET", f"/static/dist/{script}")
     # the page's modules import the vendor bundle by its hashed name, next to them
     assert f'from"./{manifest["vendor"]}"'.encode() in page_script.body
@@ -68,6 +72,8 @@ def test_the_bundle_files_and_their_headers(local_gateway: GatewayThread) -> Non
         (style, "text/css"),
         (f"{script}.map", "application/json"),
         (f"{manifest['vendor']}.map", "application/json"),
+        (manifest["vendor_style"], "text/css"),
+        *((font, "font/woff2") for font in fonts),
     ]:
         response = client.request("GET", f"/static/dist/{name}")
         assert response.status == 200 and response.headers["Content-Type"].startswith(kind)
@@ -91,6 +97,10 @@ def test_nothing_else_is_served(local_gateway: GatewayThread) -> None:
         "dist/page-abcdefgh.js",
         "dist/.page-ABCDEFGH.js",
         "dist/page-ABCDEFGH.js.txt",
+        "dist/KaTeX_Main-Regular-ABCDEFGH.woff2",  # the shape of a font, but none
+        "dist/KaTeX_Main-Regular.woff2",
+        "dist/../dist/manifest.json",
+        "dist/evil-ABCDEFGH.woff2",
         "dist/",
         "nope.js",
         "",

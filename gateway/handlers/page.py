@@ -5,9 +5,10 @@ The page's sources are ES modules in `gateway/static/src/`, bundled by esbuild
 committed: the gateway serves them as they are and needs no Node, npm or build at run time.
 `dist/manifest.json` names the files of the current bundle, and the hash of the one inline
 style the page allows (that of the sandboxed output frames). The page talks to
-`WebSocket /v1/stream` and the runs API. Untrusted output never runs in the page's origin:
-HTML outputs go into `<iframe sandbox srcdoc>`, images into `<img>`, markdown through
-DOMPurify.
+`WebSocket /v1/stream` and the runs API. Untrusted output never runs in the page: HTML
+outputs go into `<iframe sandbox="allow-same-origin" srcdoc>` (no scripts), images into
+`<img>`, markdown through DOMPurify, math through KaTeX (untrusted: no links, no classes or
+styles of the author's).
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ CONTENT_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".map": "application/json; charset=utf-8",
+    ".woff2": "font/woff2",
 }
 
-# A bundle file: `dist/<name>-<hash>.<ext>` (or its source map); nothing else is served.
-_BUNDLE_FILE = re.compile(r"^dist/[a-z]+-[A-Z0-9]{8}\.(js|css)(\.map)?$")
+# A bundle file: `dist/<name>-<hash>.<ext>` (or its source map), or one of KaTeX's fonts
+# (`dist/KaTeX_Main-Regular-<hash>.woff2`); nothing else is served.
+_BUNDLE_FILE = re.compile(
+    r"^dist/(?:[a-z]+-[A-Z0-9]{8}\.(?:js|css)(?:\.map)?"
+    r"|KaTeX_[A-Za-z0-9]+-[A-Za-z0-9]+-[A-Z0-9]{8}\.woff2)$"
+)
 
 
 def content_security_policy(
@@ -44,8 +50,9 @@ def content_security_policy(
     editor is given it: `EditorView.cspNonce`; its other inline styles are set through the
     CSSOM, which `style-src` does not govern), and the sandboxed output frames' one style
     sheet, allowed by its hash (a `srcdoc` frame inherits this policy: the output's own
-    styles are refused there, its scripts by the sandbox too). Images from here or as data:
-    URLs (outputs, charts); the WebSocket and fetches to this gateway only; nothing may
+    styles would be refused there, so the page applies them through the CSSOM; its scripts
+    are refused by the sandbox too). Fonts (KaTeX's) and images from here, images as data:
+    URLs too (outputs, charts); the WebSocket and fetches to this gateway only; nothing may
     frame the page, no form may post anywhere."""
     style = "style-src 'self'"
     if style_nonce:
@@ -58,6 +65,7 @@ def content_security_policy(
             "script-src 'self'",
             style,
             "img-src 'self' data:",
+            "font-src 'self'",
             "connect-src 'self'",
             "frame-src 'self'",
             "base-uri 'none'",
@@ -110,6 +118,7 @@ class PageHandler(_PageFileHandler):
             ("nonce", nonce),
             ("script", str(manifest.get("script", ""))),
             ("style", str(manifest.get("style", ""))),
+            ("vendor_style", str(manifest.get("vendor_style", ""))),
         ]:
             html = html.replace("{{" + key + "}}", value)
         frame_style = manifest.get("frame_style_sha256")

@@ -1,8 +1,11 @@
 // The Code view: the editor, Run and Cancel, the run's live outputs, status and notes, the
-// run as a notebook to download; and a run from the history shown again, ready to re-run.
+// run as a notebook to download; and a run from the history shown again, ready to re-run with
+// the files it was given (when the gateway kept them). The draft is kept across reloads, and
+// whether it is unsaved (neither run nor opened from the history) is what the page asks about
+// before it replaces it.
 import { byId, byIds, el } from "./dom.js";
 import { createEditor } from "./editor.js";
-import { formatDuration } from "./format.js";
+import { formatBytes, formatDuration } from "./format.js";
 import { chartsOf, fromBundle } from "./gallery.js";
 import { OutputView } from "./render.js";
 import { RunPanel } from "./run-panel.js";
@@ -44,7 +47,7 @@ const SAMPLES = {
   ].join("\n"),
 };
 
-const DRAFT_KEY = "gateway-draft"; // the editor's text and language, kept across reloads
+const DRAFT_KEY = "gateway-draft"; // the editor's text and language, and the code last run, kept across reloads
 
 export class CodePanel extends RunPanel {
   /**
@@ -57,8 +60,10 @@ export class CodePanel extends RunPanel {
     this.status = new StatusBar({ status: byId("status"), exitCode: byId("exit-code"), duration: byId("duration") });
     this.view = new OutputView(this.ui.outputs, { onImage: (data, meta) => app.gallery.add(fromBundle(data, meta)) });
     this.shown = null; // the run record on show
+    this.filesFrom = null; // the run from the history whose kept files a run gets again
 
     const draft = readDraft();
+    this.ran = typeof draft?.ran === "string" ? draft.ran : null; // the code last run or opened
     this.ui.language.value = draft?.language in SAMPLES ? draft.language : "python";
     this.editor = createEditor(byId("editor"), {
       doc: draft?.code ?? SAMPLES[this.ui.language.value],
@@ -78,10 +83,16 @@ export class CodePanel extends RunPanel {
 
   saveDraft() {
     try {
-      localStorage.setItem(DRAFT_KEY, JSON.stringify({ code: this.editor.text, language: this.ui.language.value }));
+      localStorage.setItem(DRAFT_KEY, JSON.stringify({ code: this.editor.text, language: this.ui.language.value, ran: this.ran }));
     } catch {
       // storage full or refused: the draft is only a comfort
     }
+  }
+
+  /** The editor holds code of the person's own that was neither run nor opened: a draft to ask about. */
+  get unsaved() {
+    const text = this.editor.text;
+    return Boolean(text.trim()) && text !== this.ran && !Object.values(SAMPLES).includes(text);
   }
 
   languageChanged() {
@@ -114,25 +125,45 @@ export class CodePanel extends RunPanel {
     if (this.current) return;
     if (!this.app.auth.ready()) return;
     const code = this.editor.text;
+    this.ran = code;
+    this.saveDraft();
     this.reset();
     this.status.set("starting");
     this.setBusy(true);
     this.app.announcer.say("Run starting.");
     const mine = (this.current = { ref: null, id: null, started: performance.now(), dropped: 0 });
     try {
-      const files = await this.app.files.payload();
       const fields = { code, language: this.ui.language.value, timeout: Number(this.ui.timeout.value) || 30 };
-      if (files.length) fields.files = files;
+      Object.assign(fields, await this.filesFields(mine, this.filesFrom));
       mine.ref = await this.app.client.run(fields, {
         accepted: (event) => this.accepted(mine, event),
         output: (event) => mine === this.current && this.view.add(event.output, event.display_id, event.update),
         output_dropped: (event) => { mine.dropped += event.dropped || 1; },
         done: (event) => this.done(mine, event.run),
         ...this.endings(mine),
+        error: (event) => this.refused(mine, event),
       });
     } catch (err) {
       this.failed(mine, err.message);
     }
+  }
+
+  refused(run, event) {
+    const code = event.error?.code;
+    if (run.reused && (code === "files_gone" || code === "not_found") && run === this.current) {
+      // the staged files, kept for a run before, went: the same run with them sent again
+      this.app.files.notKeptBy(run.reused);
+      this.current = null;
+      this.setBusy(false);
+      this.run();
+      return;
+    }
+    if (run.filesFrom && (code === "files_gone" || code === "not_found")) {
+      if (run === this.current) this.filesFrom = null;
+      this.filesGone(run, event);
+      return;
+    }
+    this.failed(run, event.error?.message || "The run was refused.");
   }
 
   accepted(run, event) {
@@ -151,6 +182,7 @@ export class CodePanel extends RunPanel {
     this.current = null;
     this.setBusy(false);
     this.showRecord(record, { replaceOutputs: cut });
+    this.filesKept(run, record);
     this.app.announcer.say(`Run ${record.status.replace("_", " ")}${record.exit_code === null || record.exit_code === undefined ? "" : `, exit code ${record.exit_code}`}, in ${formatDuration(record.usage?.wall_ms)}.`);
     this.recorded(record);
   }
@@ -169,18 +201,33 @@ export class CodePanel extends RunPanel {
     this.app.gallery.show(chartsOf(record.outputs, record.charts), record.id);
   }
 
-  /** A run from the history: its code in the editor, its record and outputs on show. */
+  /**
+   * A run from the history: its code in the editor, its record and outputs on show, and the
+   * files it was given to go with a re-run (or, when they were not kept, an offer to add them).
+   */
   showFromHistory(record, code, language) {
     if (this.current) return;
     this.reset();
     if (code !== null) {
       this.ui.language.value = language in SAMPLES ? language : "python";
       this.editor.setLanguage(this.ui.language.value);
+      this.ran = code;
       this.editor.text = code;
     }
     this.ui.runTitle.textContent = `${record.id}, from your history`;
     this.ui.runTitle.hidden = false;
     this.showRecord(record);
+    this.filesFrom = null;
+    const given = record.files_given;
+    if (given?.count) {
+      const what = `${given.count} file${given.count === 1 ? "" : "s"} (${formatBytes(given.bytes)})`;
+      if (given.kept) {
+        this.filesFrom = record.id;
+        this.ui.notes.append(el("li", {}, `This run was given ${what}, which the gateway keeps: a re-run gets them again.`));
+      } else {
+        this.offerFiles(`This run was given ${what}, which the gateway did not keep: add them again before you re-run it.`);
+      }
+    }
   }
 
   rerun() {

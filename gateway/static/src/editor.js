@@ -24,6 +24,7 @@ const LANGUAGES = {
 };
 
 export const LANGUAGE_NAMES = Object.keys(LANGUAGES);
+const PLAIN = () => []; // a notebook's markdown and raw cells: text, no grammar
 
 const theme = EditorView.theme({
   "&": { fontSize: "13px", backgroundColor: "var(--code-bg)" },
@@ -45,7 +46,8 @@ function leaveWithTab(view) {
 }
 
 /**
- * A CodeMirror editor in `parent`.
+ * A CodeMirror editor in `parent`, for one of the gateway's languages (`language`; any other
+ * name: plain text, as a notebook's markdown).
  * @param {HTMLElement} parent
  * @param {{doc?: string, language?: string, label: string, onRun?: () => void,
  *          onRunNext?: () => void, onChange?: (text: string) => void, lineNumbers?: boolean,
@@ -53,6 +55,8 @@ function leaveWithTab(view) {
  */
 export function createEditor(parent, options) {
   const language = new Compartment();
+  const label = new Compartment();
+  const grammar = (name) => (LANGUAGES[name] || PLAIN)();
   const run = () => {
     options.onRun?.();
     return true; // a run key never falls through to the editor (no new line)
@@ -84,8 +88,8 @@ export function createEditor(parent, options) {
       ...completionKeymap,
       indentWithTab, // Esc then Tab (or Ctrl+M) leaves the editor: no keyboard trap
     ]),
-    language.of(LANGUAGES[options.language || "python"]()),
-    EditorView.contentAttributes.of({ "aria-label": options.label }),
+    language.of(grammar(options.language || "python")),
+    label.of(EditorView.contentAttributes.of({ "aria-label": options.label })),
     EditorView.updateListener.of((update) => {
       if (update.docChanged) options.onChange?.(update.state.doc.toString());
     }),
@@ -106,7 +110,11 @@ export function createEditor(parent, options) {
       view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: value } });
     },
     setLanguage(name) {
-      view.dispatch({ effects: language.reconfigure(LANGUAGES[name]()) });
+      view.dispatch({ effects: language.reconfigure(grammar(name)) });
+    },
+    /** A new accessible name (a notebook cell's, once it has run). */
+    setLabel(text) {
+      view.dispatch({ effects: label.reconfigure(EditorView.contentAttributes.of({ "aria-label": text })) });
     },
     focus() {
       view.focus();

@@ -1,6 +1,7 @@
 // The files a run or a notebook needs (a notebook that reads `data/x.csv`): picked as files or
 // a folder, or dropped, kept with their relative paths, and sent as the request's `files`
-// (base64, so that any file goes through unchanged).
+// (base64, so that any file goes through unchanged); kept in this browser across reloads.
+import { FILES } from "./store.js";
 
 const HIDDEN = /(^|\/)\./; // .git, .ipynb_checkpoints, .DS_Store: not the notebook's data
 
@@ -90,29 +91,73 @@ function base64(file) {
   });
 }
 
-/** The staged files: what the next run or replay gets in its working folder. */
+/**
+ * The staged files: what the next run or replay gets in its working folder. With a Store they
+ * are kept in this browser (IndexedDB, the Blobs themselves) until removed or cleared, so that
+ * they survive a reload. Once a run has had the gateway keep them (`keep_files`), later runs
+ * name that run (`files_from`) instead of sending them again, until they change: the gateway
+ * then keeps one copy of them, not one per run.
+ */
 export class FileStage {
-  constructor(onChange) {
-    this.files = new Map(); // path -> File
+  constructor(onChange, store = null) {
+    this.files = new Map(); // path -> File (or Blob, when read back from the store)
     this.skipped = []; // what the last pick or drop left out, and why
     this.onChange = onChange;
+    this.store = store;
+    this.version = 0; // counts the changes of what is staged
+    this.kept = null; // {version, run}: a run the gateway keeps exactly these files for
+  }
+
+  changed() {
+    this.version += 1;
+    this.onChange();
+  }
+
+  /** `run` was given the files staged at `version`, and the gateway keeps them. */
+  keptBy(version, run) {
+    if (version === this.version) this.kept = { version, run };
+  }
+
+  /** The run whose kept files are the staged ones (to name as `files_from`), or null. */
+  get keptRun() {
+    return this.kept?.version === this.version && this.files.size ? this.kept.run : null;
+  }
+
+  /** `run`'s kept files went: the files are sent again. */
+  notKeptBy(run) {
+    if (this.kept?.run === run) this.kept = null;
+  }
+
+  /** The files kept in this browser before a reload. */
+  async restore() {
+    if (!this.store) return;
+    try {
+      for (const { path, file } of await this.store.all(FILES)) this.files.set(path, file);
+    } catch {
+      return; // unreadable: nothing staged
+    }
+    this.changed();
   }
 
   add(files, skipped = []) {
     for (const { path, file } of files) this.files.set(path, file);
     this.skipped = skipped;
-    this.onChange();
+    this.store?.putAll(FILES, files.map(({ path, file }) => ({ path, file })));
+    if (files.length) this.changed();
+    else this.onChange();
   }
 
   remove(path) {
     this.files.delete(path);
-    this.onChange();
+    this.store?.delete(FILES, path);
+    this.changed();
   }
 
   clear() {
     this.files.clear();
     this.skipped = [];
-    this.onChange();
+    this.store?.clear(FILES);
+    this.changed();
   }
 
   get size() {

@@ -1,11 +1,12 @@
 // How numbers and times are written on the page.
 
+/** Under a second in milliseconds (`42 ms`), from a second on in tenths (`1.3 s`), as the CLI. */
 export function formatDuration(ms) {
   if (ms === undefined || ms === null || Number.isNaN(ms)) return "";
-  if (ms < 1000) return `${Math.round(ms)} ms`;
-  if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
-  const minutes = Math.floor(ms / 60_000);
-  return `${minutes} min ${Math.round((ms % 60_000) / 1000)} s`;
+  if (Math.round(ms) < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 59_950) return `${(ms / 1000).toFixed(1)} s`;
+  const seconds = Math.round(ms / 1000);
+  return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
 }
 
 export function formatBytes(n) {

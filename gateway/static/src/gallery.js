@@ -27,8 +27,9 @@ export function fromBundle(data, metadata) {
   const images = {};
   for (const mime of IMAGE_TYPES) if (data?.[mime] !== undefined) images[mime] = joinText(data[mime]);
   if (!Object.keys(images).length) return null;
+  // the gateway's note on a chart: its short `title` (older records: the spec's), or its file
   const meta = metadata?.gateway || {};
-  return { images, title: meta.spec?.title || meta.path || "" };
+  return { images, title: meta.title || meta.spec?.title || meta.path || "" };
 }
 
 function base64Blob(b64, mime) {

@@ -1,7 +1,9 @@
 // The side list of the caller's runs (`GET /v1/runs`, newest first, a page at a time): each a
 // button that opens the run again. It is the gateway's list, so it survives a reload. Runs
 // that continued one another (`continued_from`: a snapshot's id names the run that kept it)
-// are one item, a chain, shown at its newest run and opened as one notebook.
+// are one item, a chain, shown at its newest run and opened as one notebook. A notebook's
+// replays (and a chain of them) are listed under the notebook's name (`name`, its first run's
+// for a chain), a code run under its code's first line.
 import { el } from "./dom.js";
 import { formatWhen } from "./format.js";
 
@@ -62,20 +64,20 @@ export class History {
   /** An item for a run, or for a chain of runs (`members`, the oldest first). */
   item(members) {
     const summary = members.at(-1); // the newest: its status and time
-    const root = members[0]; // the first: its code names the chain
+    const root = members[0]; // the first: its name (or code) names the chain
     const status = String(summary.status || "");
     const kind = root.kind === "notebook" ? "notebook" : String(root.language || "");
-    const firstLine = root.first_line || (root.kind === "notebook" ? "(notebook)" : "(no code)");
+    const title = itemTitle(root, summary);
     const when = formatWhen(summary.created_at || summary.started_at);
     const runs = members.length > 1 ? `${members.length} runs` : "";
     const button = el(
       "button",
       { type: "button", class: "history-item", "aria-current": summary.id === this.current ? "true" : null },
       el("span", { class: "history-status", dataset: { status }, "aria-hidden": "true" }),
-      el("span", { class: "history-code" }, firstLine),
+      el("span", { class: "history-code" }, title),
       el("span", { class: "history-meta" }, [kind, runs, status.replace("_", " "), when].filter(Boolean).join(" · ")),
     );
-    button.dataset.runId = summary.id; // its name is its text: the code's first line, then kind, status, time
+    button.dataset.runId = summary.id; // its name is its text: the notebook's name or the code's first line, then kind, status, time
     button.dataset.runs = members.map((m) => m.id).join(" ");
     button.addEventListener("click", () => this.onOpen(summary, members));
     return el("li", {}, button);
@@ -89,6 +91,12 @@ export class History {
       else button.removeAttribute("aria-current");
     }
   }
+}
+
+/** What an item is listed as: its notebook's name, else its code's first line. */
+function itemTitle(root, newest = root) {
+  if (root.kind === "notebook") return root.name || newest.name || root.first_line || "(notebook)";
+  return root.first_line || "(no code)";
 }
 
 /** The run a snapshot id names (`snap_<hex of the run's id>_...`), or null. */

@@ -1,6 +1,7 @@
 // The page: a code editor and a notebook front end over one WebSocket, the caller's history,
-// the files a run needs, and a gallery of charts. This module only wires the parts together;
-// each part is a module of its own.
+// the files a run needs, and a gallery of charts; the open notebook and the staged files kept
+// in this browser across reloads. This module only wires the parts together; each part is a
+// module of its own.
 import "./page.css";
 import { Api } from "./api.js";
 import { CodePanel } from "./code-panel.js";
@@ -11,9 +12,11 @@ import { formatBytes } from "./format.js";
 import { Gallery } from "./gallery.js";
 import { History } from "./history.js";
 import { NotebookError, parseNotebook } from "./notebook-file.js";
+import { KEPT } from "./notebook-edits.js";
 import { NotebookPanel } from "./notebook-panel.js";
 import { joinText } from "./render.js";
-import { Announcer } from "./status.js";
+import { Announcer, GatewayStatus } from "./status.js";
+import { NOTEBOOKS, Store } from "./store.js";
 import { StreamClient } from "./stream.js";
 import { Tabs } from "./tabs.js";
 
@@ -40,23 +43,14 @@ const auth = {
 
 // --- the shared parts -----------------------------------------------------------------
 
-const connection = byId("connection");
-const LABELS = {
-  connecting: "connecting…",
-  open: "connected",
-  closed: "disconnected",
-  failed: "connection refused",
-  error: "error",
-};
-
-function showConnection(state, detail) {
-  connection.dataset.state = state;
-  connection.textContent = LABELS[state] || state;
-  if (state === "error" && detail) app.showMessage(detail);
-}
-
 const api = new Api(token);
 const announcer = new Announcer(byId("announcer"));
+const gatewayStatus = new GatewayStatus(byId("connection"), announcer); // health, and the socket's state
+
+function showConnection(state, detail) {
+  gatewayStatus.socket(state);
+  if (state === "error" && detail) app.showMessage(detail);
+}
 const gallery = new Gallery({
   section: byId("gallery"),
   list: byId("gallery-list"),
@@ -83,7 +77,9 @@ const app = {
   gallery,
   history,
   files,
+  store: null, // the browser's store (store.js), once open
   onDownload: downloadRunNotebook,
+  addFilesAgain: () => pickWith(byId("folder-input"), { stageOnly: true }),
   showMessage: (text) => (tabs.selected === "notebook" ? notebook : code).showMessage(text),
 };
 
@@ -94,16 +90,29 @@ const tabs = new Tabs([byId("tab-code"), byId("tab-notebook")], { code: byId("co
 
 // --- a run from the history -----------------------------------------------------------
 
-async function openRun(summary) {
+/** Whether what is on show may be replaced by a run of `kind` from the history (asked). */
+function mayOpen(kind) {
   if (code.busy || notebook.busy) {
     app.showMessage("Wait for the run in progress to end (or cancel it) before opening another.");
-    return;
+    return false;
   }
+  if (kind === "notebook") return notebook.edits.mayReplace("Open the run from your history in its place?");
+  return !code.unsaved || window.confirm("The editor has code you have not run. Replace it with the code of the run from your history? Your draft is lost.");
+}
+
+/** The files a run was given, for a run from nothing to get again: `{run, given}`, or null. */
+function filesOf(record) {
+  return record.files_given ? { run: record.id, given: record.files_given } : null;
+}
+
+async function openRun(summary) {
+  if (!mayOpen(summary.kind === "notebook" ? "notebook" : "code")) return;
   try {
     const [record, nb] = await Promise.all([api.getRun(summary.id), api.getNotebook(summary.id).catch(() => null)]);
     history.mark(record.id);
     if (summary.kind === "notebook" && nb) {
-      notebook.open(nb, `${record.id}.ipynb`, { executedBy: record });
+      const name = record.name || summary.name || `${record.id}.ipynb`;
+      notebook.open(nb, name, { executedBy: record, files: filesOf(record) });
       tabs.select("notebook");
     } else {
       const cell = nb?.cells?.find((c) => c.cell_type === "code");
@@ -122,10 +131,7 @@ async function openRun(summary) {
  * state each cell's last run kept, for its cells to go on from.
  */
 async function openChain(members) {
-  if (code.busy || notebook.busy) {
-    app.showMessage("Wait for the run in progress to end (or cancel it) before opening another.");
-    return;
-  }
+  if (!mayOpen("notebook")) return;
   try {
     const loaded = await Promise.all(members.map(async (summary) => {
       const [record, nb] = await Promise.all([api.getRun(summary.id), api.getNotebook(summary.id)]);
@@ -158,8 +164,10 @@ async function openChain(members) {
       }
     }
     const last = loaded.at(-1).record;
+    const first = loaded[0].record; // the run from nothing: its name, and the files it was given
     history.mark(last.id);
-    notebook.open(composed, `${members[0].id}.ipynb`, { executedBy: last, states });
+    const name = first.name || members[0].name || last.name || `${members[0].id}.ipynb`;
+    notebook.open(composed, name, { executedBy: last, states, files: filesOf(first) });
     tabs.select("notebook");
     announcer.say(`Opened a chain of ${members.length} runs as one notebook: ${last.status.replace("_", " ")}.`);
   } catch (err) {
@@ -197,10 +205,16 @@ async function openNotebookFile(entry) {
   else notebook.showMessage("Wait for the replay in progress to end (or cancel it) before opening another notebook.");
 }
 
-async function picked(entries) {
+/**
+ * What was picked or dropped: its files staged, its first notebook opened (unless only the
+ * files are wanted again: `stageOnly`), when the open notebook may be replaced.
+ */
+async function picked(entries, { stageOnly = false } = {}) {
   const { notebooks, files: staged, skipped, folder } = sortPicked(entries);
+  const opens = notebooks.length && !stageOnly;
+  if (opens && !notebook.edits.mayReplace(`Open ${notebooks[0].path.split("/").pop()} in its place?`)) return;
   files.add(staged, skipped);
-  if (notebooks.length) {
+  if (opens) {
     choices = notebooks;
     choice.replaceChildren(...notebooks.map((nb, i) => el("option", { value: String(i) }, nb.path)));
     byId("notebook-choice-label").hidden = notebooks.length < 2;
@@ -212,9 +226,14 @@ async function picked(entries) {
   }
 }
 
-choice.addEventListener("change", () => openNotebookFile(choices[Number(choice.value)]));
+choice.addEventListener("change", () => {
+  const entry = choices[Number(choice.value)];
+  if (notebook.edits.mayReplace(`Open ${entry.path.split("/").pop()} in its place?`)) openNotebookFile(entry);
+});
 
-function pickWith(input) {
+let pickOptions = {}; // how the file input's next pick is taken
+function pickWith(input, options = {}) {
+  pickOptions = options;
   input.value = "";
   input.click();
 }
@@ -225,7 +244,7 @@ byId("add-folder").addEventListener("click", () => pickWith(byId("folder-input")
 byId("clear-files").addEventListener("click", () => files.clear());
 for (const id of ["notebook-input", "files-input", "folder-input"]) {
   const input = byId(id);
-  input.addEventListener("change", () => picked(fromInput(input.files)));
+  input.addEventListener("change", () => picked(fromInput(input.files), pickOptions));
 }
 
 function renderFiles() {
@@ -285,7 +304,26 @@ if (needsToken) {
     environment.load();
   });
 }
+/** What this browser kept before a reload: the staged files, the open notebook. */
+async function restore() {
+  const store = await Store.open();
+  if (!store) return;
+  store.onError = (err) => announcer.say(`This browser could not keep the notebook or the files: ${err?.message || err}.`);
+  app.store = store;
+  files.store = store;
+  addEventListener("pagehide", () => store.flush());
+  await files.restore();
+  try {
+    if (notebook.restore(await store.get(NOTEBOOKS, KEPT))) tabs.select("notebook");
+  } catch (err) {
+    notebook.showMessage(`The notebook kept in this browser could not be opened again: ${err.message}`);
+  }
+}
+
 renderFiles();
+gatewayStatus.start();
 history.reload();
 environment.load();
-document.body.dataset.ready = "true";
+restore().finally(() => {
+  document.body.dataset.ready = "true";
+});

@@ -3,10 +3,12 @@
 // HTML output, is not put in a sandboxed iframe. Layers: DOMPurify keeps only inert HTML (no
 // scripts, no event handlers, no javascript: links, no forms, no styles, ids or classes with
 // which to dress up as the page); the CSP (script-src 'self', no inline style) refuses what
-// might slip through.
+// might slip through. LaTeX math is kept away from markdown and DOMPurify as an empty
+// placeholder, and typeset by KaTeX into the cleaned fragment (math.js).
+import { MATH_EXTENSIONS, takeMath, typesetPlaceholders } from "./math.js";
 import { DOMPurify, Marked } from "./vendor.js";
 
-const marked = new Marked({ gfm: true, breaks: false });
+const marked = new Marked({ gfm: true, breaks: false, extensions: MATH_EXTENSIONS });
 const purify = DOMPurify(window); // an instance of our own: its hooks are ours alone
 
 const CONFIG = {
@@ -17,6 +19,9 @@ const CONFIG = {
     "video", "source", "track", "picture",
   ],
   FORBID_ATTR: ["style", "id", "name", "class", "srcset", "target", "ping", "formaction", "action"],
+  // math.js's placeholders: a number, read as one and removed from every element after this
+  // (one the author wrote only typesets this cell's own math again, or nothing)
+  ADD_ATTR: ["data-math"],
   ALLOW_DATA_ATTR: false,
   ALLOW_ARIA_ATTR: false,
   RETURN_DOM_FRAGMENT: true,
@@ -50,7 +55,13 @@ function joinText(value) {
 
 /** Markdown text (a string or nbformat's list of lines) as a cleaned DocumentFragment. */
 export function renderMarkdown(source, cellAttachments = {}) {
-  const html = marked.parse(joinText(source), { async: false });
+  let math;
+  let html;
+  try {
+    html = marked.parse(joinText(source), { async: false });
+  } finally {
+    math = takeMath();
+  }
   attachments = cellAttachments && typeof cellAttachments === "object" ? cellAttachments : {};
   let fragment;
   try {
@@ -65,5 +76,6 @@ export function renderMarkdown(source, cellAttachments = {}) {
     const alt = img.getAttribute("alt") || "";
     img.replaceWith(document.createTextNode(alt ? `[image: ${alt}]` : "[image]"));
   }
+  typesetPlaceholders(fragment, math);
   return fragment;
 }

@@ -37,19 +37,24 @@ export function parseNotebook(text) {
  * Cells of notebooks older than nbformat 4.5 have no ids: give them ids (as nbformat does when
  * it upgrades a notebook), so that every `cell_started` names its cell.
  */
-function giveIds(nb) {
+export function giveIds(nb) {
   if (nb.cells.every((cell) => typeof cell.id === "string" && cell.id)) return;
   const taken = new Set(nb.cells.map((cell) => cell.id));
   for (const cell of nb.cells) {
     if (typeof cell.id === "string" && cell.id) continue;
-    let id;
-    do {
-      id = crypto.getRandomValues(new Uint32Array(2)).reduce((s, n) => s + n.toString(16).padStart(8, "0"), "");
-    } while (taken.has(id));
-    taken.add(id);
-    cell.id = id;
+    cell.id = newCellId(taken);
+    taken.add(cell.id);
   }
   if ((nb.nbformat_minor ?? 0) < 5) nb.nbformat_minor = 5;
+}
+
+/** A cell id none of `taken` has (16 hex digits, as nbformat's are random). */
+export function newCellId(taken) {
+  let id;
+  do {
+    id = crypto.getRandomValues(new Uint32Array(2)).reduce((s, n) => s + n.toString(16).padStart(8, "0"), "");
+  } while (taken.has(id));
+  return id;
 }
 
 /** The gateway language a notebook's kernel speaks (python when it does not say). */
@@ -65,6 +70,11 @@ export function notebookLanguage(nb) {
     if (value === "javascript") return "javascript";
   }
   return "python";
+}
+
+/** The name a replay is sent with (`name`: at most 255 characters, no "/"), or null. */
+export function sendableName(name) {
+  return typeof name === "string" && name && name.length <= 255 && !name.includes("/") ? name : null;
 }
 
 /** A file name for the executed copy: `analysis.ipynb` -> `analysis.executed.ipynb`. */

@@ -2,6 +2,7 @@
 // as JupyterLab runs one: a cell at a time (Shift+Enter runs it and goes on to the next,
 // Ctrl+Enter runs it and stays), or all of it (Run all), over the WebSocket, with each cell's
 // outputs, status and time as they come; Cancel; Restart; the executed notebook to download.
+// Its cells are edited (notebook-edits.js) and it is kept in this browser until it is closed.
 //
 // No kernel outlives its run here: a cell runs in a continuation of the state the cell
 // before it left (a snapshot, docs/API.md "Snapshots"), kept after each cell that runs
@@ -10,10 +11,16 @@
 // holds one. Restart forgets every state: the next cell runs from nothing. Where the gateway
 // cannot keep states (its backend or the notebook's language), a cell runs with every cell
 // before it, as a replay of them.
-import { byId, byIds, el, saveBlob } from "./dom.js";
-import { formatDuration } from "./format.js";
+//
+// A replay is sent with the notebook's `name` (the history lists it so) and `keep_files` when
+// files are staged; a notebook from the history runs from nothing with the files its run was
+// given (`files_from`), or says plainly that they are gone.
+import { byId, byIds, el } from "./dom.js";
+import { formatBytes, formatDuration } from "./format.js";
 import { chartsOf, fromBundle } from "./gallery.js";
-import { executedName, notebookLanguage } from "./notebook-file.js";
+import { cellName } from "./notebook-cells.js";
+import { NotebookEdits, saveNotebook } from "./notebook-edits.js";
+import { executedName, giveIds, notebookLanguage, sendableName } from "./notebook-file.js";
 import { NotebookView } from "./notebook-view.js";
 import { RunPanel } from "./run-panel.js";
 import { StatusBar } from "./status.js";
@@ -26,16 +33,19 @@ export class NotebookPanel extends RunPanel {
       title: byId("notebook-title"),
       meta: byId("notebook-meta"),
       ...byIds(["dropZone", "runAll"]),
-      ...byIds(["cancel", "restart", "download", "progress", "message", "notes", "timeout", "cellTimeout", "allowErrors"], "nb-"),
+      ...byIds(["cancel", "restart", "download", "save", "close", "addCell", "progress", "message", "notes", "timeout", "cellTimeout", "allowErrors"], "nb-"),
     };
     this.status = new StatusBar({ status: byId("nb-status"), duration: byId("nb-duration") });
     this.view = new NotebookView(byId("cells"), {
       onImage: (data, meta) => app.gallery.add(fromBundle(data, meta)),
       onRunCell: (cell, advance) => this.runCell(cell, advance),
       onEdit: (cell) => this.edited(cell),
+      onTool: (cell, action) => this.edits.reshape(cell, action),
     });
+    this.edits = new NotebookEdits(this);
     this.name = null;
-    this.executed = null; // the executed notebook as shown: {nb, runId}
+    this.executed = null; // the last run of the cells on show: {runId, metadata} (its notebook's)
+    this.filesFrom = null; // {run, given}: the run from the history whose kept files a run from nothing gets
     this.keeps = true; // whether this gateway keeps states (false once it said it cannot)
     this.count = 0; // the execution count of the last cell run since the last Restart
     this.queue = []; // cells asked to run while another run goes on, in order
@@ -45,36 +55,42 @@ export class NotebookPanel extends RunPanel {
     this.ui.cancel.addEventListener("click", () => this.cancel());
     this.ui.restart.addEventListener("click", () => this.restart());
     this.ui.download.addEventListener("click", () => this.download());
+    this.ui.save.addEventListener("click", () => this.edits.save());
+    this.ui.close.addEventListener("click", () => this.close());
+    this.ui.addCell.addEventListener("click", () => this.edits.addCell());
     this.status.set("idle");
+    this.setBusy(false);
   }
 
   setBusy(busy) {
-    this.ui.runAll.disabled = busy || !this.view.nb;
-    this.ui.restart.disabled = busy || !this.view.nb;
+    const none = !this.view.nb;
+    this.ui.runAll.disabled = busy || none;
+    this.ui.restart.disabled = busy || none;
     this.ui.cancel.disabled = !busy;
+    this.ui.close.disabled = busy || none;
+    this.ui.save.disabled = none;
+    this.ui.addCell.disabled = busy;
   }
 
   /**
    * Show a notebook (opened, or a run's from the history) and make it the one that runs.
-   * `states` (cell id -> snapshot id): the states its cells hold (a chain from the history);
-   * else those `executedBy`, the run it shows, kept.
+   * `states` (cell id -> snapshot id): the states its cells hold (a chain from the history, a
+   * notebook kept across a reload); else those `executedBy`, the run it shows, kept. `files`
+   * ({run, given}): the files that run was given, for a run from nothing to get again.
    */
-  open(nb, name, { executedBy = null, states = null } = {}) {
+  open(nb, name, { executedBy = null, states = null, files = null, unsaved = false } = {}) {
     if (this.current) return false;
     this.forget(this.view.forgetAll());
+    giveIds(nb);
     this.queue = [];
     this.count = 0;
     this.name = name;
-    this.executed = executedBy ? { nb, runId: executedBy.id } : null;
+    this.edits.unsaved = unsaved;
+    this.executed = executedBy ? { runId: executedBy.id, metadata: nb.metadata } : null;
     const language = notebookLanguage(nb);
     this.view.show(nb, language);
     this.ui.title.textContent = name;
-    const meta = nb.metadata || {};
-    const kernel = meta.kernelspec?.display_name || meta.kernelspec?.name || language;
-    const counts = `${nb.cells.length} cells, ${this.view.codeCells.length} of code`;
-    // The notebook's own metadata is untrusted text: set as text, never as markup.
-    this.ui.meta.textContent = `Kernel: ${kernel} · ${counts}${executedBy ? ` · run ${executedBy.id}` : ""}`;
-    this.ui.meta.hidden = false;
+    this.describe();
     this.ui.dropZone.classList.add("compact");
     this.showMessage("");
     this.ui.notes.replaceChildren();
@@ -86,6 +102,7 @@ export class NotebookPanel extends RunPanel {
     } else {
       this.status.set("idle");
     }
+    this.withFiles(files);
     this.app.gallery.show(chartsOf(nb.cells.flatMap((cell) => cell.outputs || []), executedBy?.charts), baseName(name));
     // the states a run from the history kept, for its cells to go on from
     for (const cell of this.view.codeCells) {
@@ -95,10 +112,42 @@ export class NotebookPanel extends RunPanel {
       const cell = this.view.cells[kept.cell];
       if (cell && !kept.gone) cell.snapshot = this.holdable(kept.id);
     }
-    this.count = Math.max(0, ...this.view.codeCells.map((c) => Number(c.cell.execution_count) || 0));
+    this.count = Math.max(0, ...this.view.codeCells.map((c) => c.count || 0));
     this.setBusy(false);
-    this.app.announcer.say(`Opened ${name}: ${counts}.`);
+    this.edits.keep();
+    this.app.announcer.say(`Opened ${name}: ${this.counts()}.`);
     return true;
+  }
+
+  counts() {
+    return `${this.view.items.length} cells, ${this.view.codeCells.length} of code`;
+  }
+
+  /** The line under the title: the kernel, the cells, the run it shows. */
+  describe() {
+    const meta = this.view.nb.metadata || {};
+    const kernel = meta.kernelspec?.display_name || meta.kernelspec?.name || this.view.language;
+    const run = this.executed ? ` · run ${this.executed.runId}` : "";
+    // The notebook's own metadata is untrusted text: set as text, never as markup.
+    this.ui.meta.textContent = `Kernel: ${kernel} · ${this.counts()}${run}`;
+    this.ui.meta.hidden = false;
+  }
+
+  /**
+   * The files the run on show was given: kept by the gateway, a run from nothing gets them
+   * again (`files_from`); not kept, the page says so and offers to add them again.
+   */
+  withFiles(files) {
+    this.filesFrom = null;
+    const given = files?.given;
+    if (!given?.count) return;
+    const what = `${given.count} file${given.count === 1 ? "" : "s"} (${formatBytes(given.bytes)})`;
+    if (given.kept) {
+      this.filesFrom = files;
+      this.ui.notes.append(el("li", {}, `Its run was given ${what}, which the gateway keeps: a run from the start gets them again.`));
+    } else {
+      this.offerFiles(`Its run was given ${what}, which the gateway did not keep: add them again before you run it.`);
+    }
   }
 
   /** Every cell, from nothing (a fresh kernel), each cell's state kept for the next. */
@@ -114,6 +163,7 @@ export class NotebookPanel extends RunPanel {
   runCell(cell, advance) {
     if (!this.view.nb) return;
     if (advance) this.view.nextCode(cell)?.editor.focus();
+    if (cell.kind !== "code") return; // a markdown cell shown again: nothing runs
     if (this.current) {
       if (!this.queue.includes(cell)) {
         this.queue.push(cell);
@@ -146,7 +196,38 @@ export class NotebookPanel extends RunPanel {
    * going on now keeps none of the states it makes (they may stand on the old code).
    */
   edited(cell) {
-    this.forget(this.view.forgetFrom(cell));
+    if (cell.kind === "code") this.forget(this.view.forgetFrom(cell));
+    this.edits.changed();
+  }
+
+  /** Close the notebook: its states let go of, and no longer kept in this browser. */
+  close() {
+    if (this.current || !this.view.nb || !this.edits.mayReplace("Close it?")) return;
+    this.forget(this.view.forgetAll());
+    const name = this.name;
+    this.view.clear();
+    this.edits.forget();
+    this.name = null;
+    this.executed = null;
+    this.filesFrom = null;
+    this.queue = [];
+    this.ui.title.textContent = "No notebook open";
+    this.ui.meta.hidden = true;
+    this.ui.dropZone.classList.remove("compact");
+    this.showMessage("");
+    this.ui.notes.replaceChildren();
+    this.ui.progress.textContent = "";
+    this.ui.download.hidden = true;
+    this.status.set("idle");
+    this.app.gallery.clear();
+    this.setBusy(false);
+    this.app.announcer.say(`Closed ${name}.`);
+  }
+
+  /** The notebook kept in this browser before a reload, opened again. */
+  restore(kept) {
+    if (!kept?.nb || !Array.isArray(kept.nb.cells) || typeof kept.name !== "string") return false;
+    return this.open(kept.nb, kept.name, { states: new Map(kept.states || []), files: kept.files, unsaved: Boolean(kept.unsaved) });
   }
 
   /** Forget every state: the next cell runs from nothing. */
@@ -161,6 +242,7 @@ export class NotebookPanel extends RunPanel {
   /** Let the gateway free snapshots no cell holds any more. */
   forget(ids) {
     this.generation += 1;
+    if (ids.length) this.edits.keep();
     for (const id of ids) {
       if (this.deleted.has(id)) continue;
       this.deleted.add(id);
@@ -193,8 +275,8 @@ export class NotebookPanel extends RunPanel {
       sources: cells.map((cell) => cell.editor.text), // a cell edited meanwhile keeps no state
       generation: this.generation,
     });
-    const what = all ? `Replaying ${this.name}: ${cells.length} code cells` : `Running cell ${cells.at(-1).index + 1} of ${this.name}`;
-    this.app.announcer.say(`${what}.`);
+    const what = all || cells.length > 1 ? `${cells.length} code cells` : "a code cell";
+    this.app.announcer.say(`${all ? "Replaying" : "Running"} ${what} of ${this.name}.`);
     try {
       const fields = {
         notebook,
@@ -202,12 +284,14 @@ export class NotebookPanel extends RunPanel {
         cell_timeout: Number(this.ui.cellTimeout.value) || 120,
         allow_errors: this.ui.allowErrors.checked,
       };
+      const name = sendableName(this.name);
+      if (name) fields.name = name; // the history lists the replay by it
       if (this.keeps) fields.keep = "cells";
       // a state that went (its TTL, its owner's limits) is rebuilt from its chain's code
       if (from) Object.assign(fields, { from, rebuild: true });
-      // a continuation has the working folder the state had: the files go with a run from nothing
-      const files = from ? [] : await this.app.files.payload();
-      if (files.length) fields.files = files;
+      // a continuation has the working folder the state had: the files go with a run from
+      // nothing, and are kept for the next (`keep_files`)
+      if (!from) Object.assign(fields, await this.filesFields(mine, this.filesFrom?.run));
       mine.ref = await this.app.client.notebook(fields, {
         accepted: (event) => this.accepted(mine, event),
         cell_started: (event) => this.cellStarted(mine, event),
@@ -231,6 +315,23 @@ export class NotebookPanel extends RunPanel {
 
   refused(run, event) {
     const code = event.error?.code;
+    const filesWent = code === "files_gone" || (code === "not_found" && !run.from);
+    if (run.reused && filesWent && run === this.current) {
+      // the staged files, kept for a run before, went: the same run with them sent again
+      this.app.files.notKeptBy(run.reused);
+      this.current = null;
+      this.setBusy(false);
+      if (run.all) this.runAll();
+      else this.runQueued(run.cells.at(-1));
+      return;
+    }
+    if (run.filesFrom && filesWent) {
+      // the files the run from the history was given went: nothing ran without them
+      if (run === this.current) this.filesFrom = null;
+      this.filesGone(run, event);
+      this.edits.keep();
+      return;
+    }
     if (run === this.current && run.from && !run.retried && ["not_found", "snapshot_gone"].includes(code)) {
       // the state before these cells is gone for good (even its chain): run from earlier
       const holder = this.view.codeCells.find((cell) => cell.snapshot === run.from);
@@ -265,7 +366,7 @@ export class NotebookPanel extends RunPanel {
     run.ran += 1;
     const located = this.located(run, event);
     this.view.cellStarted(located);
-    this.ui.progress.textContent = `cell ${located.index + 1} · ${run.ran} of ${run.codeCells} code cells`;
+    this.ui.progress.textContent = `${cellName(this.count + 1)} · ${run.ran} of ${run.codeCells} code cells`;
   }
 
   cellFinished(run, event) {
@@ -274,7 +375,7 @@ export class NotebookPanel extends RunPanel {
     const located = this.located(run, event);
     const cell = this.view.cellFinished(located, this.count);
     const how = event.status === "ok" ? "finished" : `ended: ${event.status.replace("_", " ")}`;
-    this.app.announcer.say(`Cell ${located.index + 1} ${how}, ${formatDuration(event.duration_ms)}.`);
+    this.app.announcer.say(`${cellName(this.count)} ${how}, ${formatDuration(event.duration_ms)}.`);
     if (cell && event.status !== "ok") cell.node.scrollIntoView({ block: "nearest" });
   }
 
@@ -311,33 +412,20 @@ export class NotebookPanel extends RunPanel {
     if (run.from && record.continued_by === "replay") {
       this.ui.notes.append(el("li", {}, "The state before this cell had gone: the cells before it were run again to make it."));
     }
+    this.filesKept(run, record);
     this.status.set(record.status, { ms: record.usage?.wall_ms });
     this.ui.progress.textContent = `${run.ran} of ${run.codeCells} code cells ran`;
     this.ui.notes.append(...(record.notes || []).map((note) => el("li", {}, note)));
-    this.executed = this.merged(run, executed, record.id);
-    this.ui.download.hidden = !this.executed;
-    const outputs = (this.executed?.nb.cells || []).flatMap((cell) => cell.outputs || []);
+    this.executed = { runId: record.id, metadata: executed?.metadata || this.view.nb.metadata };
+    this.ui.download.hidden = false;
+    this.describe();
+    const outputs = this.view.codeCells.flatMap((cell) => cell.shown);
     this.app.gallery.show(chartsOf(outputs, run.all ? record.charts : null), baseName(this.name));
     this.app.announcer.say(`${run.all ? "Replay" : "Run"} ${record.status.replace("_", " ")}: ${run.ran} of ${run.codeCells} code cells ran, in ${formatDuration(record.usage?.wall_ms)}.`);
     this.recorded(record);
+    this.edits.keep();
     const next = this.queue.shift();
     if (next) this.runQueued(next);
-  }
-
-  /** The executed notebook as shown: a run of some cells puts them into the last one. */
-  merged(run, executed, runId) {
-    if (!executed) return run.all ? null : this.executed;
-    if (run.all) return { nb: executed, runId };
-    const base = this.executed?.nb || this.view.toNotebook();
-    const cells = [...base.cells];
-    executed.cells.forEach((done, index) => {
-      const position = run.positions[index];
-      const shown = this.view.cells[position];
-      if (position === undefined || !shown) return;
-      const count = shown.prompt.textContent.replace(/[[\]\s]/g, "");
-      cells[position] = { ...done, execution_count: count ? Number(count) : null };
-    });
-    return { nb: { ...base, cells }, runId };
   }
 
   failed(run, message) {
@@ -348,10 +436,10 @@ export class NotebookPanel extends RunPanel {
     super.failed(run, message);
   }
 
+  /** The executed copy: the notebook as on show, with its last run's metadata. */
   download() {
-    if (!this.executed) return;
-    const text = JSON.stringify(this.executed.nb, null, 1) + "\n";
-    saveBlob(new Blob([text], { type: "application/x-ipynb+json" }), executedName(this.name));
+    if (!this.executed || !this.view.nb) return;
+    saveNotebook({ ...this.view.toSaved(), metadata: this.executed.metadata || {} }, executedName(this.name));
   }
 }
 

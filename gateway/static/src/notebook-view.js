@@ -1,168 +1,117 @@
-// A notebook on the page: its cells in order (code in editors, markdown rendered and cleaned,
-// raw as text), each code cell with its outputs, its status and its time, and the state it
-// left (a snapshot, for the next cell to run from); and the replay's events applied to the
-// cell they name.
-import { el } from "./dom.js";
-import { createEditor } from "./editor.js";
-import { formatDuration } from "./format.js";
-import { renderMarkdown } from "./markdown.js";
-import { joinText, OutputView } from "./render.js";
-
-const STATUS_TEXT = {
-  idle: "",
-  queued: "queued",
-  running: "running",
-  ok: "ok",
-  error: "error",
-  timeout: "timed out",
-  cancelled: "cancelled",
-  died: "kernel died",
-  output_limit: "output limit",
-  exited: "kernel exited",
-  not_run: "not run",
-};
-
-const RUN_SYMBOL = "\u25B6"; // ▶
-
-class CodeCell {
-  constructor(cell, index, number, { language, onImage, onRunCell, onEdit }) {
-    this.cell = cell;
-    this.index = index;
-    this.snapshot = null; // the state this cell left, while its code and the cells before are as run
-    this.status = "idle";
-    this.started = 0;
-    this.timer = null;
-    this.prompt = el("span", { class: "prompt" }, promptText(cell.execution_count));
-    this.statusBadge = el("span", { class: "cell-status", dataset: { status: "idle" } });
-    this.time = el("span", { class: "cell-time" });
-    const editorHost = el("div", { class: "cell-editor" });
-    const runButton = el(
-      "button",
-      { type: "button", class: "small cell-run", "aria-label": `Run cell ${number}`, title: "Run this cell (Shift+Enter, Ctrl+Enter)" },
-      RUN_SYMBOL,
-    );
-    runButton.addEventListener("click", () => onRunCell(this, false));
-    this.outputs = el("div", { class: "outputs cell-outputs", role: "region", "aria-label": `Output of cell ${number}` });
-    this.node = el(
-      "li",
-      { class: "cell code-cell", "aria-label": `Cell ${number}, code` },
-      el("div", { class: "cell-head" }, runButton, this.prompt, this.statusBadge, this.time, idLabel(cell)),
-      editorHost,
-      this.outputs,
-    );
-    this.node.dataset.index = String(index);
-    this.editor = createEditor(editorHost, {
-      doc: joinText(cell.source),
-      language,
-      label: `Code of cell ${number}`,
-      onRun: () => onRunCell(this, false),
-      onRunNext: () => onRunCell(this, true),
-      onChange: () => onEdit(this),
-      lineNumbers: false,
-    });
-    this.view = new OutputView(this.outputs, { onImage });
-    for (const output of cell.outputs || []) this.view.add(output);
-  }
-
-  setStatus(status, durationMs) {
-    this.status = status;
-    this.statusBadge.dataset.status = status;
-    this.statusBadge.textContent = STATUS_TEXT[status] ?? status;
-    this.node.dataset.status = status;
-    if (status === "running") {
-      this.started = performance.now();
-      this.time.textContent = formatDuration(0);
-      this.timer = setInterval(() => { this.time.textContent = formatDuration(performance.now() - this.started); }, 100);
-    } else {
-      clearInterval(this.timer);
-      this.timer = null;
-      if (durationMs !== undefined) this.time.textContent = formatDuration(durationMs);
-      else if (status === "queued" || status === "idle" || status === "not_run") this.time.textContent = "";
-    }
-  }
-
-  clearOutputs() {
-    this.view.clear();
-    this.prompt.textContent = promptText(null);
-  }
-
-  setPrompt(count) {
-    this.prompt.textContent = promptText(count);
-  }
-
-  /** The cell as it is to be sent: the source as edited, no outputs. */
-  toCell() {
-    return { ...this.cell, source: this.editor.text, outputs: [], execution_count: null };
-  }
-
-  destroy() {
-    clearInterval(this.timer);
-    this.editor.destroy();
-  }
-}
-
-function promptText(count) {
-  return `[${count ?? " "}]`;
-}
-
-function idLabel(cell) {
-  // A cell id is the notebook's text like any other: shown as text, never as markup.
-  return typeof cell.id === "string" ? el("span", { class: "cell-id" }, `id ${cell.id}`) : null;
-}
-
-function markdownCell(cell, number) {
-  const body = el("div", { class: "markdown" });
-  body.append(renderMarkdown(cell.source, cell.attachments));
-  return el("li", { class: "cell markdown-cell", "aria-label": `Cell ${number}, markdown` }, body);
-}
-
-function rawCell(cell, number) {
-  return el("li", { class: "cell raw-cell", "aria-label": `Cell ${number}, raw` }, el("pre", { class: "raw" }, joinText(cell.source)));
-}
+// A notebook on the page: its cells in order (notebook-cells.js), changed as a person edits
+// it (cells added, deleted, moved, converted), and the replay's events applied to the cell they
+// name.
+import { CodeCell, TextCell } from "./notebook-cells.js";
+import { newCellId } from "./notebook-file.js";
 
 export class NotebookView {
   /**
    * @param {HTMLElement} container  an <ol> for the cells
    * @param {{onImage: (data: object, metadata: object) => void,
-   *          onRunCell: (cell: CodeCell, advance: boolean) => void,
-   *          onEdit: (cell: CodeCell) => void}} hooks
+   *          onRunCell: (cell: CodeCell|TextCell, advance: boolean) => void,
+   *          onEdit: (cell: CodeCell|TextCell) => void,
+   *          onTool: (cell: CodeCell|TextCell, action: string) => void}} hooks
    */
   constructor(container, hooks) {
     this.container = container;
     this.hooks = hooks;
     this.nb = null;
-    this.cells = []; // per notebook cell: a CodeCell or null
+    this.language = "python";
+    this.items = []; // the cells in order: CodeCell or TextCell
+  }
+
+  /** Per notebook cell: its CodeCell, or null for markdown and raw (indexed as `nb.cells`). */
+  get cells() {
+    return this.items.map((item) => (item.kind === "code" ? item : null));
   }
 
   get codeCells() {
-    return this.cells.filter(Boolean);
+    return this.items.filter((item) => item.kind === "code");
   }
 
   show(nb, language) {
-    for (const cell of this.codeCells) cell.destroy();
+    this.clear();
     this.nb = nb;
-    this.cells = [];
-    const nodes = nb.cells.map((cell, index) => {
-      const number = index + 1;
-      if (cell.cell_type === "code") {
-        const code = new CodeCell(cell, index, number, { language, ...this.hooks });
-        this.cells.push(code);
-        return code.node;
-      }
-      this.cells.push(null);
-      return cell.cell_type === "markdown" ? markdownCell(cell, number) : rawCell(cell, number);
-    });
-    this.container.replaceChildren(...nodes);
+    this.language = language;
+    this.items = nb.cells.map((cell) => this.make(cell));
+    this.container.replaceChildren(...this.items.map((item) => item.node));
+    this.renumber();
   }
 
-  /** The notebook to send: as opened, with the code as edited and no outputs. */
+  /** No notebook: every cell's editor ended. */
+  clear() {
+    for (const item of this.items) item.destroy();
+    this.items = [];
+    this.nb = null;
+    this.container.replaceChildren();
+  }
+
+  make(cell) {
+    return cell.cell_type === "code" ? new CodeCell(cell, { language: this.language, ...this.hooks }) : new TextCell(cell, this.hooks);
+  }
+
+  renumber() {
+    this.items.forEach((item, index) => item.setIndex(index));
+  }
+
+  /** A new cell of `kind` ("code" or "markdown") at `index`, with `source`. */
+  insert(index, kind, source = "", { id = null, metadata = {} } = {}) {
+    const cell = { id: id || newCellId(new Set(this.items.map((item) => item.cell.id))), cell_type: kind, metadata, source };
+    if (kind === "code") Object.assign(cell, { outputs: [], execution_count: null });
+    const item = this.make(cell);
+    this.container.insertBefore(item.node, this.items[index]?.node || null);
+    this.items.splice(index, 0, item);
+    this.renumber();
+    return item;
+  }
+
+  remove(item) {
+    this.items.splice(this.items.indexOf(item), 1);
+    item.node.remove();
+    item.destroy();
+    this.renumber();
+  }
+
+  /** Move `item` one place up (-1) or down (1); false when it is at that end already. */
+  move(item, step) {
+    const to = item.index + step;
+    if (to < 0 || to >= this.items.length) return false;
+    const other = this.items[to];
+    this.items[to] = item;
+    this.items[item.index] = other;
+    if (step < 0) this.container.insertBefore(item.node, other.node);
+    else this.container.insertBefore(other.node, item.node);
+    this.renumber();
+    return true;
+  }
+
+  /** A code cell made markdown or back: the same id, metadata and text, no outputs. */
+  convert(item, kind) {
+    const at = item.index;
+    const made = this.insert(at + 1, kind, item.kind === "code" ? item.editor.text : item.text, { id: item.cell.id, metadata: item.cell.metadata || {} });
+    this.remove(item);
+    return made;
+  }
+
+  /** The notebook to send: with the code as edited and no outputs. */
   toNotebook() {
-    return { ...this.nb, cells: this.nb.cells.map((cell, i) => (this.cells[i] ? this.cells[i].toCell() : cell)) };
+    return { ...this.nb, cells: this.items.map((item) => item.toCell()) };
+  }
+
+  /** The notebook as it is on show (nbformat 4.5): the cells as edited, their outputs and counts. */
+  toSaved() {
+    const nbformatMinor = Math.max(5, Number(this.nb.nbformat_minor) || 0);
+    return { ...this.nb, nbformat: 4, nbformat_minor: nbformatMinor, metadata: this.nb.metadata || {}, cells: this.items.map((item) => item.toSaved()) };
   }
 
   /** The notebook of some of its code cells only (for a run of those), with its metadata. */
   notebookOf(cells) {
     return { ...this.nb, cells: cells.map((cell) => cell.toCell()) };
+  }
+
+  /** The cell after `item`, if any (`code`: the next code cell). */
+  next(item, { code = false } = {}) {
+    return this.items.find((c) => c.index > item.index && (!code || c.kind === "code")) || null;
   }
 
   /**
@@ -179,7 +128,7 @@ export class NotebookView {
 
   /** The code cell after `cell`, if any. */
   nextCode(cell) {
-    return this.codeCells.find((c) => c.index > cell.index) || null;
+    return this.next(cell, { code: true });
   }
 
   /** `cell` and the cells after it no longer hold their states; the snapshots they held. */
@@ -210,7 +159,7 @@ export class NotebookView {
 
   /** The code cell an event names: by its place in `cells`, checked against its id. */
   cellFor(index, cellId) {
-    const byIndex = this.cells[index];
+    const byIndex = this.items[index]?.kind === "code" ? this.items[index] : null;
     if (byIndex && (cellId === undefined || cellId === null || byIndex.cell.id === cellId)) return byIndex;
     return this.codeCells.find((cell) => cell.cell.id === cellId) || null;
   }
@@ -222,7 +171,7 @@ export class NotebookView {
   }
 
   output(event) {
-    this.cellFor(event.index)?.view.add(event.output, event.display_id, event.update);
+    this.cellFor(event.index)?.addOutput(event.output, event.display_id, event.update);
   }
 
   cellFinished(event, count = event.execution_count) {
@@ -234,19 +183,21 @@ export class NotebookView {
   }
 
   /**
-   * The replay ended: cells that never ran say so, and when the executed notebook is at
-   * hand and live events were dropped, its outputs replace what was shown.
+   * The replay ended: cells that never ran say so, and the executed notebook's outputs (capped
+   * as the record's are) are what the cells that ran keep; shown in place of the live ones
+   * when live events were dropped.
    */
   finish(executed, { replaceOutputs = false, positions = null, waiting = [] } = {}) {
     for (const cell of this.codeCells) {
       if (cell.status === "queued" && !waiting.includes(cell)) cell.setStatus("not_run");
       else if (cell.status === "running") cell.setStatus("cancelled");
     }
-    if (!executed || !replaceOutputs) return;
+    if (!executed) return;
+    const cells = this.cells;
     executed.cells.forEach((done, index) => {
-      const cell = this.cells[positions ? positions[index] : index];
+      const cell = cells[positions ? positions[index] : index];
       if (!cell || done.cell_type !== "code") return;
-      cell.view.showAll(done.outputs || []);
+      cell.showOutputs(done.outputs || [], { redraw: replaceOutputs });
     });
   }
 }

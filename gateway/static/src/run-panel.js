@@ -1,6 +1,9 @@
 // What the Code and Notebook views share: one run (a replay, in the Notebook view) at a time
 // over the WebSocket, its status bar and message line, Cancel, and how a run that could not
-// start or was refused ends.
+// start or was refused ends (files it was to get again that are gone: said plainly, with an
+// offer to add them again).
+import { el } from "./dom.js";
+
 export class RunPanel {
   /**
    * @param {object} app  the page's shared parts (main.js)
@@ -21,6 +24,56 @@ export class RunPanel {
   showMessage(text) {
     this.ui.message.textContent = text;
     this.ui.message.hidden = !text;
+  }
+
+  /**
+   * A run's files, kept for a later run (`keep_files`): the staged ones over those `given`
+   * (the run from the history on show) was given, by `files_from`; or, when a run had the
+   * gateway keep exactly the staged ones, that run named instead of the files sent again (the
+   * gateway keeps one copy of them, not one per run).
+   */
+  async filesFields(run, given) {
+    const stage = this.app.files;
+    run.version = stage.version;
+    const fields = {};
+    if (!given && stage.keptRun) {
+      run.reused = fields.files_from = stage.keptRun;
+    } else {
+      const files = await stage.payload();
+      if (files.length) fields.files = files;
+      run.staged = files.length > 0 && !given;
+      if (given) run.filesFrom = fields.files_from = given;
+    }
+    if (fields.files || fields.files_from) fields.keep_files = true;
+    return fields;
+  }
+
+  /** The run's record says the gateway keeps the files it was given: named by later runs. */
+  filesKept(run, record) {
+    if (record.files_given?.kept && (run.reused || run.staged)) this.app.files.keptBy(run.version, record.id);
+  }
+
+  /**
+   * A message with a button that adds the files again (a folder, as Add folder… does, but
+   * without opening its notebook); `focus`: the button takes the focus.
+   */
+  offerFiles(text, { focus = false } = {}) {
+    const again = el("button", { type: "button", class: "small" }, "Add the files again…");
+    again.addEventListener("click", () => this.app.addFilesAgain());
+    this.ui.message.replaceChildren(`${text} `, again);
+    this.ui.message.hidden = false;
+    if (focus) again.focus();
+  }
+
+  /**
+   * The files an earlier run was given, which `run` was to get again (`files_from`), are gone
+   * (410 `files_gone`; 404 when that run's record is): nothing ran without them.
+   */
+  filesGone(run, event) {
+    const why = event.error?.message ? ` (${event.error.message.replace(/\.$/, "")})` : "";
+    const text = `Nothing ran: the files ${run.filesFrom} was given are gone${why}. Add them again, then run it again.`;
+    this.failed(run, text);
+    this.offerFiles(text, { focus: true });
   }
 
   /** The stream callbacks of `run` for the gateway refusing it and the connection closing. */

@@ -1,5 +1,6 @@
-// Where a run's state is shown: a status pill with its exit code and duration (a live timer
-// while it runs), and one polite live region that tells a screen reader what changed.
+// Where state is shown: a run's status pill with its exit code and duration (a live timer
+// while it runs), the gateway's health in the page's header, and one polite live region that
+// tells a screen reader what changed.
 import { formatDuration } from "./format.js";
 
 /** The live region: the page's status changes, spoken once each. */
@@ -50,5 +51,110 @@ export class StatusBar {
   stop() {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+  }
+}
+
+// The gateway's health (GET /v1/health), as the page's header shows it. It is public and needs
+// no token (with --tokens it says only whether the gateway serves, which is all this needs).
+const HEALTH = {
+  checking: "checking the gateway…",
+  up: "gateway up",
+  draining: "gateway draining: it takes no new runs",
+  unavailable: "gateway up, its store not answering",
+  unreachable: "gateway unreachable",
+};
+// The WebSocket's states worth showing instead, while they last (an open or a closed socket
+// says nothing the health does not).
+const SOCKET = {
+  connecting: "connecting…",
+  failed: "connection refused",
+  error: "connection error",
+};
+const SPOKEN = {
+  up: "The gateway is up.",
+  draining: "The gateway is draining: it takes no new runs.",
+  unavailable: "The gateway's store is not answering.",
+  unreachable: "The gateway is unreachable.",
+};
+
+export class GatewayStatus {
+  /**
+   * @param {HTMLElement} node  where the state is shown (`data-state`, `data-health`, its text)
+   * @param {Announcer} announcer  told when the health changes (not on the first answer)
+   * @param {{interval?: number, retry?: number, timeout?: number}} options  ms between asks
+   *   while the gateway is up, and while it is not (to see it back soon), and to wait for one
+   */
+  constructor(node, announcer, { interval = 10_000, retry = 3_000, timeout = 5_000 } = {}) {
+    this.node = node;
+    this.announcer = announcer;
+    this.interval = interval;
+    this.retry = retry;
+    this.timeout = timeout;
+    this.health = "checking";
+    this.socketState = null;
+    this.timer = null;
+    this.asking = null;
+  }
+
+  /** Ask now, then again and again while the page is visible (at once when it shows again). */
+  start() {
+    document.addEventListener("visibilitychange", () => {
+      if (document.visibilityState === "visible") this.check();
+      else clearTimeout(this.timer);
+    });
+    window.addEventListener("online", () => this.check());
+    this.check();
+  }
+
+  /** Ask the gateway now (one question at a time); the next one a while after the answer. */
+  check() {
+    if (this.asking) return this.asking;
+    clearTimeout(this.timer);
+    this.asking = this.ask().then((health) => {
+      this.asking = null;
+      this.setHealth(health);
+      if (document.visibilityState !== "hidden") {
+        this.timer = setTimeout(() => this.check(), health === "up" ? this.interval : this.retry);
+      }
+    });
+    return this.asking;
+  }
+
+  async ask() {
+    try {
+      const response = await fetch("/v1/health", {
+        cache: "no-store",
+        signal: AbortSignal.timeout(this.timeout),
+      });
+      const status = (await response.json().catch(() => ({})))?.status;
+      if (status === "ok") return "up";
+      if (status === "draining") return "draining";
+      if (status === "store_unavailable") return "unavailable";
+      return "unreachable"; // not a gateway's answer (a proxy's error page)
+    } catch {
+      return "unreachable";
+    }
+  }
+
+  setHealth(health) {
+    const before = this.health;
+    this.health = health;
+    this.render();
+    if (before !== "checking" && before !== health) this.announcer.say(SPOKEN[health]);
+  }
+
+  /** The WebSocket's state (stream.js): shown while it connects or after it failed. */
+  socket(state) {
+    this.socketState = state;
+    this.render();
+    // A socket that closed or failed: is the gateway still there?
+    if (state === "closed" || state === "failed") this.check();
+  }
+
+  render() {
+    const socket = SOCKET[this.socketState] && this.health !== "unreachable" ? this.socketState : null;
+    this.node.dataset.health = this.health;
+    this.node.dataset.state = socket || this.health;
+    this.node.textContent = socket ? SOCKET[socket] : HEALTH[this.health];
   }
 }
