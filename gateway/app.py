@@ -21,6 +21,7 @@ from gateway.handlers.tools import (
     RunPythonToolHandler,
 )
 from gateway.handlers.uploads import UploadsHandler
+from gateway.handlers.usage import UsageHandler
 from gateway.models.common import RUN_ID_PATTERN
 
 RUN_ID = RUN_ID_PATTERN
@@ -38,6 +39,7 @@ def routes(services: Services) -> list[Any]:
         (rf"/v1/runs/{RUN_ID}/notebook", RunNotebookHandler, kw),
         (r"/v1/notebooks/run", NotebookRunHandler, kw),
         (r"/v1/snapshots", SnapshotsHandler, kw),
+        (r"/v1/usage", UsageHandler, kw),
         (r"/v1/snapshots/(snap_[A-Za-z0-9_-]{16,64})", SnapshotHandler, kw),
         (r"/v1/uploads", UploadsHandler, kw),
         (r"/v1/tools/code_run", CodeRunToolHandler, kw),

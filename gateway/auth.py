@@ -11,6 +11,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Literal
 
+from gateway.budget import CpuBudget
+
 Role = Literal["user", "admin"]
 
 
@@ -77,14 +79,28 @@ MIN_TOKEN_LENGTH = 16
 
 class TokenTable:
     """Token -> principal. Empty table means single-user mode (no auth, loopback only).
+    A token's entry may also say what its user may spend: `cpu_seconds_per_hour`,
+    `cpu_seconds_per_day`, `runs_per_minute` (every token of one user alike).
 
     The operator's metrics token (`--metrics-token-file`), if any, is no one's: it is kept
     apart from the principals, so it may read what `sees_gateway` allows and nothing
     else."""
 
-    def __init__(self, entries: dict[str, Principal], metrics_token: str | None = None) -> None:
+    def __init__(
+        self,
+        entries: dict[str, Principal],
+        metrics_token: str | None = None,
+        budgets: dict[str, CpuBudget] | None = None,
+    ) -> None:
         self._entries = [(token.encode(), principal) for token, principal in entries.items()]
         self._metrics = None if metrics_token is None else metrics_token.encode()
+        # what a user may spend, where the file says (`cpu_seconds_per_hour`, ...)
+        self.budgets = dict(budgets or {})
+
+    @property
+    def users(self) -> list[str]:
+        """The users the file names (each once)."""
+        return sorted({principal.user for _, principal in self._entries})
 
     @property
     def enabled(self) -> bool:
@@ -106,6 +122,7 @@ class TokenTable:
         if not isinstance(data, dict) or not data:
             raise ValueError(f"{path}: expected a non-empty object of tokens")
         entries: dict[str, Principal] = {}
+        budgets: dict[str, CpuBudget] = {}
         for token, spec in data.items():
             if not isinstance(spec, dict) or not isinstance(spec.get("user"), str):
                 raise ValueError(f"{path}: each token needs {{'user': ..., 'role': ...}}")
@@ -119,12 +136,17 @@ class TokenTable:
             except ValueError as exc:
                 raise ValueError(f"{path}: {exc}") from None
             entries[token] = Principal(user=spec["user"], role=role)
+            budget = _budget(path, spec)
+            if budget.limited and budgets.setdefault(spec["user"], budget) != budget:
+                raise ValueError(
+                    f"{path}: the tokens of {spec['user']!r} give it different budgets"
+                )
         if metrics is not None and metrics in entries:
             raise ValueError(
                 f"{metrics_path}: the metrics token is also a token of {path}: give the "
                 "metrics scraper a token of its own"
             )
-        return cls(entries, metrics)
+        return cls(entries, metrics, budgets)
 
     def authenticate(self, token: str | None) -> Principal | None:
         if not self.enabled:
@@ -149,6 +171,45 @@ class TokenTable:
         principal = self.authenticate(token)  # both compared, whichever it is
         scraper = self._metrics is not None and hmac.compare_digest(token.encode(), self._metrics)
         return scraper or (principal is not None and principal.is_admin)
+
+
+BUDGET_KEYS = ("cpu_seconds_per_hour", "cpu_seconds_per_day", "runs_per_minute")
+MAX_BUDGET = 1e9  # past it a budget is no budget (and its milliseconds stay integers)
+
+
+def _budget(path: Path, spec: dict[str, object]) -> CpuBudget:
+    """A token's `cpu_seconds_per_hour`, `cpu_seconds_per_day`, `runs_per_minute`."""
+    values: dict[str, float | int | None] = {}
+    for key in BUDGET_KEYS:
+        value = spec.get(key)
+        if value is None:
+            values[key] = None
+            continue
+        whole = key == "runs_per_minute"
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or (whole and not isinstance(value, int))
+            or not 0 < value <= MAX_BUDGET
+            or value != value
+            or value == float("inf")
+        ):
+            kind = "a whole number" if whole else "a number"
+            raise ValueError(
+                f"{path}: {key} must be {kind} above 0 and at most {MAX_BUDGET:g}, not {value!r}"
+            )
+        values[key] = value
+    return CpuBudget(
+        cpu_seconds_per_hour=_float(values["cpu_seconds_per_hour"]),
+        cpu_seconds_per_day=_float(values["cpu_seconds_per_day"]),
+        runs_per_minute=None
+        if values["runs_per_minute"] is None
+        else int(values["runs_per_minute"]),
+    )
+
+
+def _float(value: float | int | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def read_metrics_token(path: Path) -> str:

@@ -14,7 +14,8 @@ through only when nothing else of that scope is held, so a caller that bounds it
 the total stays within the budget plus one such item.
 
 A `Quota` is the other kind of budget: what one user may keep (records, uploads), counted
-in items and bytes.
+in items and bytes; a `CpuBudget` what one user may spend: CPU-seconds per rolling hour and
+day, and runs started per rolling minute (`gateway.runs.quotas` holds users to it).
 """
 
 from __future__ import annotations
@@ -188,3 +189,20 @@ class Quota:
     def allows(self, count: int, nbytes: int) -> bool:
         """Whether `count` items of `nbytes` in all are within the quota."""
         return count <= self.count and nbytes <= self.bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuBudget:
+    """What one user may spend (None: no limit): CPU-seconds of their runs in any rolling
+    hour and day, runs started in any rolling minute."""
+
+    cpu_seconds_per_hour: float | None = None
+    cpu_seconds_per_day: float | None = None
+    runs_per_minute: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.cpu_seconds_per_hour, self.cpu_seconds_per_day, self.runs_per_minute)
+        )

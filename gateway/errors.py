@@ -18,6 +18,7 @@ as `{"error": {code, message, field?}}` with its status (`handlers/base.py`, one
      +-- PayloadTooLarge       413    payload_too_large
      +-- UnsupportedMediaType  415    unsupported_media_type
      +-- RateLimited           429    capacity: too many runs or connections (Retry-After)
+     |    +-- QuotaExceeded       429 quota: the user's CPU-seconds or runs are spent (Retry-After)
      +-- ClientGone            499    client_closed_request: never sent, the client left
      +-- ServerError           500    internal: a bug of the gateway (logged)
      +-- Unavailable           503    the gateway cannot serve now (Retry-After)
@@ -162,6 +163,11 @@ class UnsupportedMediaType(GatewayError, status=415, code="unsupported_media_typ
 class RateLimited(GatewayError, status=429, code="capacity"):
     """429 `capacity`: too many runs or connections of this caller, or the queue is full;
     try again after `retry_after` seconds."""
+
+
+class QuotaExceeded(RateLimited, status=429, code="quota"):
+    """429 `quota`: the caller's CPU-seconds of a rolling hour or day, or runs of a rolling
+    minute, are spent; `retry_after` is when enough of the window has passed."""
 
 
 class ClientGone(GatewayError, status=499, code="client_closed_request"):

@@ -34,6 +34,15 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.user_cpu_seconds = Counter(
+            "gateway_user_cpu_seconds",
+            "CPU-seconds spent by each user's runs (as their records' usage.cpu_ms).",
+            ["user"],
+            registry=self.registry,
+        )
+        self.user_runs = Counter(
+            "gateway_user_runs", "Runs of each user that ran.", ["user"], registry=self.registry
+        )
         self.pool_hits = Counter(
             "gateway_pool_hits",
             "Runs that took a ready kernel from a pool.",
@@ -46,6 +55,12 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+
+    def user_spent(self, user: str, cpu_ms: int, runs: int) -> None:
+        """A run of `user` ended having spent `cpu_ms` (the users are the tokens file's, or
+        the single user: a bounded set of labels)."""
+        self.user_cpu_seconds.labels(user=user).inc(cpu_ms / 1000)
+        self.user_runs.labels(user=user).inc(runs)
 
     def run_finished(self, status: str, language: str, seconds: float) -> None:
         self.runs.labels(status=status, language=language).inc()

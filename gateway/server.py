@@ -138,7 +138,9 @@ class Gateway:
         uploads = UploadService(
             config_from(UploadsConfig, values), self.store.upload_shelf(store_config)
         )
-        runs = RunService(runs_config, backend, self.store, self.wire, metrics, uploads)
+        runs = RunService(
+            runs_config, backend, self.store, self.wire, metrics, uploads, self.tokens.budgets
+        )
         if self._heartbeat is not None:
             self._heartbeat.attach(runs)
         self.services = Services(

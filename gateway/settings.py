@@ -231,6 +231,22 @@ class Settings(BaseModel):
         "single-user, all); a free slot goes to the waiting run of the user running fewest",
         ge=0,
     )
+    cpu_seconds_per_hour: float = setting(
+        0.0,
+        "CPU-seconds one user's runs may spend in any rolling hour (0: no limit; the tokens "
+        "file may set it per user)",
+        ge=0,
+        le=1e9,
+    )
+    cpu_seconds_per_day: float = setting(
+        0.0,
+        "CPU-seconds one user's runs may spend in any rolling day (0: no limit)",
+        ge=0,
+        le=1e9,
+    )
+    runs_per_minute: int = setting(
+        0, "runs one user may start in any rolling minute (0: no limit)", ge=0, le=10**9
+    )
     record_ttl: float = setting(7 * 24 * 3600.0, "seconds a run record is kept", gt=0)
     max_records_per_user: int = setting(
         1000, "run records kept per user; past it their oldest finished ones are deleted", ge=1

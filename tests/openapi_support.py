@@ -45,7 +45,7 @@ DOCUMENTED_ERRORS: dict[int, set[str]] = {
     410: {"snapshot_gone", "files_gone"},
     413: {"payload_too_large"},
     415: {"unsupported_media_type"},
-    429: {"capacity"},
+    429: {"capacity", "quota"},
     500: {"internal"},
     503: {"capacity", "sandbox_unavailable", "store_unavailable"},
 }

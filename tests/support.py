@@ -279,7 +279,7 @@ class GatewayProcess:
         self.port = free_port()
         self.client = Client(self.port)
         # no warm pools unless asked: the census cannot see into another process's pools
-        self.settings = {"pool_python": 0, "pool_bash": 0, "pool_deno": 0, **settings}
+        self.settings = {"pool_python": 0, "pool_bash": 0, "pool_deno": 0, "pool_r": 0, **settings}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> GatewayProcess:

@@ -69,6 +69,13 @@ def test_script_prints_its_streams_and_saves_its_charts(
     assert png.read_bytes().startswith(b"\x89PNG")
     assert f"saved a chart to {svg.name}" in done.stderr
     assert f"saved a chart to {png.name}" in done.stderr
+    # the last line says how it ended and what it used (issue 34)
+    last = done.stderr.splitlines()[-1]
+    assert re.fullmatch(
+        rf"gateway run: succeeded in {DURATION}, CPU {DURATION}, peak memory \d+ MiB "
+        rf"\(run run_\w+\)",
+        last,
+    ), last
 
 
 @pytest.mark.parametrize(
@@ -108,7 +115,7 @@ def test_language_flag_runs_any_file_as_bash(server: GatewayThread, tmp_path: Pa
 # --- notebooks -----------------------------------------------------------------------------
 
 
-# a cell's duration: milliseconds under a second, then seconds to a tenth
+# a duration: milliseconds under a second, then seconds to a tenth
 DURATION = r"(\d{1,3} ms|[1-9]\d*\.\d s)"
 
 
@@ -135,8 +142,10 @@ def test_notebook_is_replayed_and_written_next_to_it(server: GatewayThread, tmp_
     assert "error at In [3]:" in done.stderr  # its traceback, as soon as it came
     assert "ZeroDivisionError" in done.stderr
     assert re.fullmatch(
-        rf"error\.ipynb: failed in {DURATION}, 3 of 4 code cells run \(run run_\w+\)", lines[0]
-    )
+        rf"error\.ipynb: failed in {DURATION}, 3 of 4 code cells run, CPU {DURATION}, "
+        rf"peak memory \d+ MiB \(run run_\w+\)",
+        lines[0],
+    )  # what it used, as its record says (issue 34)
     assert "first error at In [3]: ZeroDivisionError: division by zero" in lines
     executed = tmp_path / "error.executed.ipynb"
     assert lines[-1] == "executed notebook: error.executed.ipynb"

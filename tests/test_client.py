@@ -101,6 +101,7 @@ def test_public_surface_is_declared() -> None:
         "SnapshotGone",
         "SnapshotElsewhere",
         "FilesGone",
+        "QuotaExceeded",
         "RunOptions",
         "NotebookOptions",
         "NotebookResult",
@@ -125,7 +126,7 @@ def test_public_surface_is_declared() -> None:
         assert hasattr(gateway.client, name), name
     errors = [getattr(gateway.client, name) for name in gateway.client.__all__]
     errors = [e for e in errors if isinstance(e, type) and issubclass(e, Exception)]
-    assert len(errors) == 14 and all(issubclass(e, GatewayError) for e in errors)
+    assert len(errors) == 15 and all(issubclass(e, GatewayError) for e in errors)
 
 
 def test_the_two_clients_offer_the_same_calls() -> None:

@@ -57,7 +57,8 @@ def _codes_of_the_code() -> set[str]:
             continue  # the client's own codes for no answer at all: never the gateway's
         if path == REPO / "gateway" / "errors.py":
             continue  # its classes' codes: above, those the server answers
-        codes |= set(re.findall(r'\bcode="([a-z_]+)"', path.read_text()))
+        code_lines = (line for line in path.read_text().splitlines() if not line.startswith("#"))
+        codes |= set(re.findall(r'\bcode="([a-z_]+)"', "\n".join(code_lines)))
     # and the codes Tornado's own HTTP errors are answered with (gateway.handlers.base)
     base = (REPO / "gateway" / "handlers" / "base.py").read_text()
     codes |= set(re.findall(r'^\s+\d{3}: "([a-z_]+)",$', base, re.M))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
 
 from tests.api import assert_error
 from tests.invalid_requests import RUN_FIELD_ERRORS, status_of
-from tests.support import Client, GatewayThread, serving
+from tests.support import Client, GatewayThread, serving, wait_for
 
 pytestmark = pytest.mark.fast
 
@@ -106,5 +107,14 @@ def test_health_needs_no_token_and_reports_the_backend(small: GatewayThread) -> 
     assert body["status"] == "ok" and body["backend"] == "local"
     assert body["kernels"]["running"] == 0 and body["version"]
     pools = body["pools"]
-    assert set(pools) == {"ipykernel", "bash", "deno"}
+    # R's pool holds one kernel where the kernels have R (the local ones: this machine's)
+    assert set(pools) == {"ipykernel", "bash", "deno", "irkernel"}
+    has_r = shutil.which("R") is not None
+    assert wait_for(
+        lambda: (
+            Client(small.port).request("GET", "/v1/health").json()["pools"]["irkernel"]["size"]
+            == int(has_r)
+        ),
+        timeout=30,
+    )
     assert body["kernels"]["pooled"] == sum(pool["ready"] for pool in pools.values())

@@ -312,7 +312,8 @@ def test_without_return_files_the_sandbox_is_only_killed_and_destroyed(tmp_path:
             record, sandbox = await h.execute(single(script(["stdout", "ok\n"])))
         assert record.status == "succeeded"
         assert tail(sandbox.calls, "stage_files") == [
-            "usage",  # the run's CPU counts from here
+            "usage",  # the run's CPU counts from here (and the cell's: no setup code)
+            "usage",  # after the cell: its own CPU
             "usage",
             "limit_events",
             "kill",

@@ -413,6 +413,5 @@ def test_caps_apply_to_the_whole_notebook(capped: GatewayThread) -> None:
     shown = [len(c["outputs"]) for c in cells[4:7]]
     assert shown == [1, 1, 0]  # the third HTML is past the notebook's rich-output budget
     assert any(
-        note.startswith("In [7]: 1 rich output") and "25000 bytes" in note
-        for note in run["notes"]
+        note.startswith("In [7]: 1 rich output") and "25000 bytes" in note for note in run["notes"]
     )

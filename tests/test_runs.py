@@ -39,6 +39,8 @@ RECORD_FIELDS = {
     "continued_from",
     "continued_by",
     "snapshots",
+    "name",
+    "files_given",
     "notes",
 }
 
@@ -49,6 +51,7 @@ def test_print_one_returns_a_complete_record(client: Client) -> None:
     assert record["status"] == "succeeded" and record["success"] is True
     assert record["snapshot"] is None and record["continued_from"] is None
     assert record["snapshots"] == [] and record["continued_by"] is None
+    assert record["name"] is None and record["files_given"] is None  # no notebook, no files
     assert record["exit_code"] == 0
     assert record["stdout"] == "1\n" and record["stderr"] == "" and record["output"] == "1\n"
     assert record["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "1\n"}]

@@ -57,6 +57,9 @@ class HeldShelf(UploadShelf):
     async def find(self, upload_id: str) -> ShelvedUpload | None:
         return None
 
+    async def stored_bytes(self, user: str) -> int:
+        return 0
+
     async def read(self, upload_id: str) -> bytes | None:
         return None
 

@@ -29,7 +29,7 @@ from gateway.client.refusals import error_from_answer, is_error_answer, not_the_
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.common import Language, Status
 from gateway.models.environment import Environment
-from gateway.models.typed import TypedRunList, TypedRunRecord, TypedSnapshotList
+from gateway.models.typed import TypedRunList, TypedRunRecord, TypedSnapshotList, TypedUsageList
 from gateway.version import __version__
 
 T = TypeVar("T")
@@ -296,6 +296,10 @@ class BaseGatewayClient:
 
     def _list_snapshots(self) -> Call[TypedSnapshotList]:
         return Call("GET", "/v1/snapshots", model_reader(TypedSnapshotList))
+
+    def _usage(self, user: str | None) -> Call[TypedUsageList]:
+        query = "" if user is None else "?" + urllib.parse.urlencode({"user": user})
+        return Call("GET", "/v1/usage" + query, model_reader(TypedUsageList))
 
     def _delete_snapshot(self, snapshot_id: str) -> Call[None]:
         path = f"/v1/snapshots/{_quote(snapshot_id)}"

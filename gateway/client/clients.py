@@ -43,7 +43,12 @@ from gateway.client.stream import AsyncRunStream, RunStream
 from gateway.errors import GatewayError, RateLimited, Unavailable, Unreachable
 from gateway.models.answers import Health, RunAccepted, Upload
 from gateway.models.environment import Environment
-from gateway.models.typed import TypedRunList, TypedRunRecord, TypedSnapshotList
+from gateway.models.typed import (
+    TypedRunList,
+    TypedRunRecord,
+    TypedSnapshotList,
+    TypedUsageList,
+)
 
 T = TypeVar("T")
 
@@ -226,6 +231,11 @@ class GatewayClient(BaseGatewayClient):
         """`DELETE /v1/snapshots/{id}`."""
         self._send(self._delete_snapshot(snapshot_id))
 
+    def usage(self, user: str | None = None) -> TypedUsageList:
+        """`GET /v1/usage`: what the caller's runs spent and may spend (an admin: every
+        user's, or `user`'s)."""
+        return self._send(self._usage(user))
+
     def openapi(self) -> dict[str, Any]:
         """`GET /openapi.json`: the OpenAPI 3.1 document, as its JSON. A dict on purpose: it
         describes the API rather than answering a call (no model of the API stands for it),
@@ -377,6 +387,11 @@ class AsyncGatewayClient(BaseGatewayClient, AsyncClosing):
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """`DELETE /v1/snapshots/{id}`."""
         await self._send(self._delete_snapshot(snapshot_id))
+
+    async def usage(self, user: str | None = None) -> TypedUsageList:
+        """`GET /v1/usage`: what the caller's runs spent and may spend (an admin: every
+        user's, or `user`'s)."""
+        return await self._send(self._usage(user))
 
     async def openapi(self) -> dict[str, Any]:
         """`GET /openapi.json`: the OpenAPI 3.1 document, as its JSON (see

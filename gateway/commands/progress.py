@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from gateway.models.record import Usage
 from gateway.models.stream import CellFinishedEvent, CellStartedEvent
 
 
@@ -29,6 +30,17 @@ def duration(ms: int) -> str:
     if ms < 1000:
         return f"{ms} ms"
     return f"{ms / 1000:.1f} s"
+
+
+def spent(usage: Usage) -> str:
+    """What a run used, for a summary line: `CPU 812 ms, peak memory 85 MiB` (what the
+    sandbox could not tell is left out)."""
+    parts = []
+    if usage.cpu_ms is not None:
+        parts.append(f"CPU {duration(usage.cpu_ms)}")
+    if usage.peak_memory_bytes is not None:
+        parts.append(f"peak memory {usage.peak_memory_bytes / 2**20:.0f} MiB")
+    return ", ".join(parts)
 
 
 def cell_name(execution_count: int | None) -> str:

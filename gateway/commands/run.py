@@ -46,7 +46,7 @@ from gateway.client import (
     UnexpectedAnswer,
     Unreachable,
 )
-from gateway.commands.progress import CellProgress, cell_name, cell_progress, duration
+from gateway.commands.progress import CellProgress, cell_name, cell_progress, duration, spent
 from gateway.commands.staging import Staged, StagingError, file_specs, save_returned, stage
 from gateway.models.common import Language
 from gateway.models.record import Chart, RunError
@@ -386,9 +386,10 @@ def notebook_report(
     """A few lines: how it ended, how many cells ran, the first error, the notes."""
     cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     ran = sum(1 for cell in cells if cell.execution_count is not None)
+    used = spent(run.usage)
     lines = [
         f"{path.name}: {run.status} in {duration(run.usage.wall_ms)}, {ran} of {len(cells)} "
-        f"code cells run (run {run.id})"
+        f"code cells run{', ' + used if used else ''} (run {run.id})"
     ]
     if error is not None:
         where = _error_cell(notebook)
@@ -450,6 +451,12 @@ def run_script(args: argparse.Namespace) -> int:
     if run.status not in ("succeeded", "failed"):
         reason = f" ({run.kill_reason})" if run.kill_reason else ""
         print(f"gateway run: the run was {run.status}{reason}", file=sys.stderr)
+    used = spent(run.usage)
+    print(
+        f"gateway run: {run.status} in {duration(run.usage.wall_ms)}"
+        f"{', ' + used if used else ''} (run {run.id})",
+        file=sys.stderr,
+    )
     return exit_status(run)
 
 

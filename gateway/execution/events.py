@@ -44,6 +44,7 @@ class CellFinished:
     execution_count: int
     status: CellStatus
     duration_ms: int
+    cpu_ms: int | None = None  # the cell's own CPU (None: its sandbox cannot tell)
 
 
 RunEvent = CellStarted | CellOutput | CellFinished

@@ -10,7 +10,8 @@ Who calls what, in order (the run service, once the run holds a slot and its rec
                                  the answer's path; `Pools.kernel`)
         await execution.run(session, files)
                                  stage files -> the run's environment and `vars` -> each
-                                 cell until one stops the program -> `result` -> (with
+                                 cell until one stops the program (its own CPU read around
+                                 it: `execution.meter`) -> `result` -> (with
                                  `return_files`: freeze, or kill, then read back) -> usage,
                                  limits, death; then the result builder writes and
                                  finishes the record
@@ -34,21 +35,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.errors import GatewayError
 from gateway.execution.config import ExecutionConfig
 from gateway.execution.deadline import Deadline
 from gateway.execution.events import CellFinished, CellOutput, CellStarted, CellStatus, RunEvents
 from gateway.execution.kernel_code import result_code, setup_code
+from gateway.execution.meter import UsageMeter, cell_cpu, unused
 from gateway.execution.program import EXPECTED_ERROR_TAG, Program, tags
 from gateway.execution.result import RunResult, exit_code_of
 from gateway.execution.session import CellRun, KernelSession, StartCancelled
 from gateway.execution.value import SETUP_TIMEOUT, read_result, result_expressions
+from gateway.models.common import KillReason
 from gateway.models.languages import traits
 from gateway.models.record import RunRecord, Usage
 from gateway.models.request import StagedFile
 from gateway.sandbox.base import SandboxSpec
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # its program is user code
@@ -67,15 +72,13 @@ class Execution:
     advance: Callable[[KernelSession, int], Awaitable[KernelSession]] | None = None
     result: RunResult = dataclasses.field(init=False)
     session: KernelSession | None = dataclasses.field(default=None, init=False)  # the last
-    # the sandbox's CPU when the run's code began (in it, after an `advance`)
-    _cpu_before: int | None = dataclasses.field(default=None, init=False)
-    # what the kernels before the last used (`advance`): CPU ms, and the highest peak
-    _spent_cpu: int = dataclasses.field(default=0, init=False)
-    _spent_peak: int = dataclasses.field(default=0, init=False)
+    # the run's CPU and peak memory, over every kernel it runs in, and each cell's CPU
+    meter: UsageMeter = dataclasses.field(default_factory=UsageMeter, init=False)
     _index: int = dataclasses.field(default=0, init=False)  # the cell being run, for its events
 
     def __post_init__(self) -> None:
         self.result = RunResult(self.config, self.program)
+        forget_measures(self.program.notebook["cells"])
 
     @property
     def spec(self) -> SandboxSpec:
@@ -95,10 +98,15 @@ class Execution:
         not be staged); the service then fails the record."""
         # nothing past the run's output limit is even read from the kernel
         session.client.meter.limit_from_now(self.config.output_limit_bytes)
-        await session.sandbox.stage_files(files)
+        try:
+            await session.sandbox.stage_files(files)
+        except GatewayError:
+            # no code ran, but the sandbox did: the record the service fails says what it held
+            self.record.usage = unused(await session.sandbox.usage())
+            raise
         # the run's CPU counts from here: not the kernel's start, nor (a pooled kernel) its
         # preloads, so that pooled and cold runs report alike
-        self._cpu_before = (await session.sandbox.usage()).cpu_ms
+        await self.meter.begin(session.sandbox)
         self.session = session
         session = await self._run_cells(session)
         await self._close(session)
@@ -121,14 +129,17 @@ class Execution:
             program.language, program.env, program.vars, session.fence_token, program.network
         )
         if setup is not None:
+            self.meter.stale()  # the run's CPU, not its first cell's
             reply = await session.run_silent(setup, timeout=SETUP_TIMEOUT)
             if reply is None or reply.get("status") != "ok":
                 result.notes.append("`vars` or `env` could not be set in the kernel.")
         cells = program.notebook["cells"]
         runnable = program.runnable()
         deadline = Deadline(program.timeout, program.cell_timeout)
-        if program.prelude and not await self._replay(session, deadline):
-            return session
+        if program.prelude:
+            self.meter.stale()
+            if not await self._replay(session, deadline):
+                return session
         for count, index in enumerate(runnable, start=1):
             cell_json = cells[index]
             name = f"In [{count}]"  # as Jupyter numbers a cell: its execution count
@@ -147,6 +158,7 @@ class Execution:
             self._index = index
             cell_id = cell_json.get("id")
             self.events.publish(CellStarted(index=index, cell_id=cell_id))
+            before = await self.meter.cpu_now()
             cell = await session.run_cell(
                 cell_json["source"],
                 cell_time.until,
@@ -156,6 +168,12 @@ class Execution:
                 on_display=result.update_display,
                 user_expressions=None if more else self._result_expressions(),
             )
+            usage = await self.meter.read(session.sandbox)  # before anything else runs
+            cpu_ms = cell_cpu(before, usage.cpu_ms)
+            cell_json.setdefault("metadata", {})["gateway"] = {
+                "cpu_ms": cpu_ms,
+                "duration_ms": cell.duration_ms,
+            }
             outputs = result.add(name, cell)
             for output in outputs:
                 if output["output_type"] == "execute_result":
@@ -169,6 +187,7 @@ class Execution:
                     execution_count=count,
                     status=_status(cell, exit_code),
                     duration_ms=cell.duration_ms,
+                    cpu_ms=cpu_ms,
                 )
             )
             if cell.ending != "finished":
@@ -184,22 +203,24 @@ class Execution:
                         )
                     return session
             if more and self.advance is not None:
-                successor = await self._advance(session, index, name)
+                successor = await self._advance(session, index, name, usage)
                 if successor is None:
                     return session  # given away, and nothing continues from it
                 session = successor
         return session
 
-    async def _advance(self, session: KernelSession, index: int, name: str) -> KernelSession | None:
+    async def _advance(
+        self, session: KernelSession, index: int, name: str, usage: Usage
+    ) -> KernelSession | None:
         """The session the cell after `index` runs in (`advance`); the run's usage and
-        output limit carry over to it. None when no kernel could continue from the state
-        kept (the program stops there, its results so far kept)."""
+        output limit carry over to it. `usage` is the kernel's own, read after the cell,
+        before its state is kept. None when no kernel could continue from the state kept
+        (the program stops there, its results so far kept)."""
         assert self.advance is not None
-        usage = await session.sandbox.usage()  # its own, before it is kept
         try:
             successor = await self.advance(session, index)
         except (StartCancelled, GatewayError) as exc:
-            self._spend(usage)
+            self.meter.leave(usage)
             if isinstance(exc, StartCancelled):
                 self.result.stop("cancelled")
                 return None
@@ -211,30 +232,29 @@ class Execution:
             return None
         if successor is session:
             return session
-        self._spend(usage)
+        self.meter.leave(usage)
         meter = session.client.meter
         if meter.ceiling is not None:
             successor.client.meter.limit_from_now(max(0, meter.ceiling - meter.total))
-        self._cpu_before = (await successor.sandbox.usage()).cpu_ms
+        await self.meter.begin(successor.sandbox)
         self.session = successor
         return successor
-
-    def _spend(self, usage: Usage) -> None:
-        """Count what a kernel the program has left used."""
-        if usage.cpu_ms is not None and self._cpu_before is not None:
-            self._spent_cpu += max(0, usage.cpu_ms - self._cpu_before)
-        self._spent_peak = max(self._spent_peak, usage.peak_memory_bytes or 0)
 
     async def _replay(self, session: KernelSession, deadline: Deadline) -> bool:
         """Run a rebuilt continuation's chain silently, within the program's timeout; False
         if it stopped the program (a cancel, or the time ran out)."""
         prelude, result = self.program.prelude, self.result
         for piece in prelude:
+            left = deadline.left()
+            reply = (
+                None
+                if left <= 0
+                else await self._heeding_cancel(session.run_silent(piece, timeout=left))
+            )
             if self.cancel.is_set():
                 result.stop("cancelled")
                 return False
-            left = deadline.left()
-            if left <= 0 or await session.run_silent(piece, timeout=left) is None:
+            if reply is None:
                 result.notes.append(
                     f"Replaying the snapshot's chain ({len(prelude)} cells) did not finish "
                     f"within the timeout ({self.program.timeout:g} s); the run's own code did "
@@ -243,6 +263,45 @@ class Execution:
                 result.stop("timeout")
                 return False
         return True
+
+    async def _heeding_cancel(self, request: Awaitable[T]) -> T | None:
+        """A request of the gateway's own to the kernel (a rebuilt chain's code, reading
+        `result` back), given up (None) when the program is cancelled or stopped first: the
+        kernel may still be busy with it, and goes with its sandbox at the end."""
+        reply = asyncio.ensure_future(request)
+        cancelled = asyncio.ensure_future(self.cancel.wait())
+        try:
+            await asyncio.wait([reply, cancelled], return_when=asyncio.FIRST_COMPLETED)
+            return reply.result() if reply.done() else None
+        finally:
+            for task in (reply, cancelled):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(reply, cancelled, return_exceptions=True)
+
+    def stop(self, reason: KillReason) -> None:
+        """End the program as one of the gateway's limits does (`cpu_quota`): the cell in
+        progress is interrupted as by a cancel, the results so far kept (a program already
+        cancelled stays cancelled). What takes no cancel (a rebuilt chain's code, the
+        setup, reading `result` back) is ended by `kill`."""
+        if self.cancel.is_set():
+            return
+        self.result.stopped_by = reason
+        self.cancel.set()
+
+    async def kill(self) -> None:
+        """Kill the sandbox of the kernel the program runs in (a `stop` it did not heed)."""
+        session = self.session
+        if session is not None and not session.released:
+            await session.sandbox.kill()
+
+    async def cpu_spent(self) -> int | None:
+        """The CPU milliseconds the program has spent so far (as `usage.cpu_ms` counts
+        them), or None before its code was sent or where the sandbox cannot tell."""
+        session = self.session
+        if session is None or session.released:
+            return None
+        return await self.meter.spent()
 
     @property
     def last_cell(self) -> int:
@@ -269,19 +328,24 @@ class Execution:
         result, closing = self.result, self.result.closing
         last = result.last
         if session.released:  # kept, and no kernel continued from it: its sandbox is not ours
-            closing.usage.cpu_ms = self._spent_cpu
-            closing.usage.peak_memory_bytes = self._spent_peak or None
+            closing.usage = self.meter.total(None)
             return
         if last.ending == "finished" and self.program.reads_result:
-            closing.result, closing.result_note, failure = await read_result(
-                session,
-                self.config,
-                self._ipykernel,
-                last.reply,
-                result_code(self.program.language, self.config.result_cap_bytes),
+            read = await self._heeding_cancel(
+                read_result(
+                    session,
+                    self.config,
+                    self._ipykernel,
+                    last.reply,
+                    result_code(self.program.language, self.config.result_cap_bytes),
+                )
             )
-            if failure:
-                result.notes.append(failure)
+            if read is None:
+                result.notes.append("`result` was not read back: the run was stopped.")
+            else:
+                closing.result, closing.result_note, failure = read
+                if failure:
+                    result.notes.append(failure)
         sandbox = session.sandbox
         if self.program.return_files:
             limits = self.config.read_limits()
@@ -290,18 +354,22 @@ class Execution:
             if not await sandbox.freeze():
                 await sandbox.kill()
             closing.files = await sandbox.read_files(self.program.return_files, limits)
-        closing.usage = await sandbox.usage()  # before the sandbox goes, its cgroup with it
-        if closing.usage.cpu_ms is not None and self._cpu_before is not None:
-            closing.usage.cpu_ms = max(0, closing.usage.cpu_ms - self._cpu_before)
-            closing.usage.cpu_ms += self._spent_cpu
-        if self._spent_peak:
-            closing.usage.peak_memory_bytes = max(
-                closing.usage.peak_memory_bytes or 0, self._spent_peak
-            )
+        # before the sandbox goes, its cgroup with it
+        closing.usage = self.meter.total(await sandbox.usage())
         closing.events = await sandbox.limit_events()
         closing.death = await sandbox.death() if last.ending == "died" else None
         if session.client.over_limit and last.ending == "finished":
             last.ending = "output_limit"  # reading `result` back went past the limit
+
+
+def forget_measures(cells: list[dict[str, Any]]) -> None:
+    """A code cell's `metadata.gateway` is the gateway's: what it measured of the cell in
+    this run. One the notebook brought (a replay of a replay's notebook) goes, so that a
+    cell that does not run this time shows no figures of another run."""
+    for cell in cells:
+        metadata = cell.get("metadata")
+        if cell.get("cell_type") == "code" and isinstance(metadata, dict):
+            metadata.pop("gateway", None)
 
 
 def _status(cell: CellRun, exit_code: int | None) -> CellStatus:

@@ -120,6 +120,7 @@ class RunResult:
         self.exit_code: int | None = 0
         self.last = CellRun(source="")  # the cell whose ending decides the status
         self.closing = Closing()
+        self.stopped_by: KillReason | None = None  # a limit of the gateway's that stopped it
 
     # --- as the cells finish ------------------------------------------------------------
 
@@ -211,6 +212,7 @@ class RunResult:
             closing.events,
             closing.death,
             traits(self.program.language).exit_is_program_exit,
+            self.stopped_by,
         )
 
     def write(self, record: RunRecord) -> None:
@@ -242,6 +244,7 @@ def judge(
     events: frozenset[str],
     death: Death | None,
     exit_is_program_exit: bool = False,
+    stopped_by: KillReason | None = None,
 ) -> Verdict:
     """How a run ended: from how its last cell ended, the program's exit code, the limits
     that struck and how the kernel died. A cell that "exited" (the program ended its
@@ -253,6 +256,9 @@ def judge(
     limit: KillReason | None = (
         "pids" if "pids" in events else "memory" if "memory" in events else None
     )
+    if stopped_by == "cpu_quota":  # whatever its cell did after: the budget ended it
+        note = "The run was stopped: its user's CPU-seconds budget ran out (GET /v1/usage)."
+        return Verdict("killed", kill_reason="cpu_quota", notes=(note,))
     if cell.ending == "cancelled":
         return Verdict("cancelled", kill_reason="cancelled")
     if cell.ending == "output_limit":

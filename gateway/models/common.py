@@ -14,7 +14,7 @@ Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "kille
 FINAL_STATUSES: frozenset[str] = frozenset(
     {"succeeded", "failed", "timed_out", "killed", "cancelled"}
 )
-KillReason = Literal["timeout", "memory", "output_limit", "pids", "cancelled"]
+KillReason = Literal["timeout", "memory", "output_limit", "pids", "cancelled", "cpu_quota"]
 
 
 # what a run id may look like where one is named (URLs, a WebSocket `cancel`): ours, or a

@@ -33,7 +33,8 @@ STATUS = (
     "0. `failed`: the code failed (non-zero exit, uncaught exception), or the kernel died of "
     "something else than a limit (then `exit_code` is 128+signal and a note says so), or the "
     "gateway could not run it (a note says why). `timed_out`: the timeout ended it "
-    "(`kill_reason: timeout`). `killed`: a limit ended it (`kill_reason` memory, pids or "
+    "(`kill_reason: timeout`). `killed`: a limit ended it (`kill_reason` memory, pids, "
+    "cpu_quota (its user's CPU-seconds budget) or "
     "output_limit); a memory or process limit that struck before a timeout reports `killed` "
     "with that reason and `timed_out: true`. `cancelled`: `DELETE /v1/runs/{id}` or a "
     "WebSocket cancel (`kill_reason: cancelled`)."
@@ -51,11 +52,18 @@ class Usage(BaseModel):
     cpu_ms: int | None = Field(
         None,
         ge=0,
-        description="CPU time of the sandbox from when the run's code was sent to the kernel "
-        "(the kernel's own start, and a pooled kernel's preloads, not counted); null where "
-        "the sandbox has no cgroup",
+        description="CPU time of every process in the sandbox from when the run's code was "
+        "sent to the kernel (the kernel's own start, and a pooled kernel's preloads, not "
+        "counted), however the run ended; null when no sandbox started for the run, or "
+        "where the sandbox has no cgroup",
     )
-    peak_memory_bytes: int | None = Field(None, ge=0)
+    peak_memory_bytes: int | None = Field(
+        None,
+        ge=0,
+        description="the most memory the sandbox held at once (its cgroup's peak, the "
+        "kernel's own memory included); null when no sandbox started for the run, or where "
+        "the sandbox has no cgroup and its kernel had not ended",
+    )
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump()

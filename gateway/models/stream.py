@@ -123,7 +123,7 @@ class CellStartedEvent(Event):
 
 class CellFinishedEvent(Event):
     """gateway -> client (notebook replays): a code cell ended, with its execution count
-    (`In [n]`), how it ended and how long it ran."""
+    (`In [n]`), how it ended, how long it ran and the CPU it spent."""
 
     type: Literal["cell_finished"]
     index: int = Field(ge=0, description=CELL_INDEX)
@@ -131,6 +131,15 @@ class CellFinishedEvent(Event):
     execution_count: int = Field(ge=1)
     status: CellStatus = Field(description=CELL_STATUS)
     duration_ms: int = Field(ge=0)
+    cpu_ms: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "the CPU time the cell's own code spent in its kernel's sandbox, as the cell's "
+            "`metadata.gateway.cpu_ms` (left out where the sandbox cannot tell: a local "
+            "sandbox without a cgroup)"
+        ),
+    )
 
 
 class ErrorEvent(Answer):

@@ -44,6 +44,7 @@ from gateway.models.record import (
     SnapshotInfo,
     SnapshotList,
 )
+from gateway.models.usage import Period, UsageList, UserUsage
 
 
 class TypedSnapshotInfo(SnapshotInfo):
@@ -88,3 +89,20 @@ class TypedRunList(RunList):
     """`GET /v1/runs` (`RunList`), each summary typed."""
 
     runs: list[TypedRunSummary]
+
+
+class TypedPeriod(Period):
+    """An hour or a day of `GET /v1/usage` (`Period`), its start a datetime."""
+
+    start: dt.datetime
+
+
+class TypedUserUsage(UserUsage):
+    hours: list[TypedPeriod]
+    days: list[TypedPeriod]
+
+
+class TypedUsageList(UsageList):
+    """`GET /v1/usage` (`UsageList`), each period's start a datetime."""
+
+    users: list[TypedUserUsage]

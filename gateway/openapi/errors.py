@@ -33,7 +33,7 @@ ERROR_CODES: dict[int, list[str]] = {
     410: ["snapshot_gone", "files_gone"],
     413: ["payload_too_large"],
     415: ["unsupported_media_type"],
-    429: ["capacity"],
+    429: ["capacity", "quota"],
     500: ["internal"],
     503: ["sandbox_unavailable", "capacity", "store_unavailable"],
 }
@@ -103,8 +103,9 @@ _ERROR_TEXT: dict[int, tuple[str, str]] = {
     429: (
         "Capacity",
         "`capacity`: every run slot is busy and the queue is full, you already have the "
-        "per-user maximum of runs in progress, or the gateway is draining. Retry after the "
-        "number of seconds in `Retry-After`.",
+        "per-user maximum of runs in progress, or the gateway is draining; `quota`: your "
+        "CPU-seconds of a rolling hour or day, or your runs of a rolling minute, are spent "
+        "(GET /v1/usage). Retry after the number of seconds in `Retry-After`.",
     ),
     500: (
         "Internal",

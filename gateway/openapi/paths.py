@@ -252,6 +252,30 @@ PATHS: dict[str, Schema] = {
             {"200": answer("SnapshotList", "The caller's snapshots."), **errors(401)},
         )
     },
+    "/v1/usage": {
+        "get": operation(
+            "getUsage",
+            "operations",
+            "What your runs spent, and may still spend",
+            "CPU-seconds, runs and peak memory by rolling hour and day, by hour (48 h) and by "
+            "day (30 days), your budget (`cpu_seconds_per_hour`, `cpu_seconds_per_day`, "
+            "`runs_per_minute`: null when none) and what you keep stored. An admin sees every "
+            "user with runs in the last 30 days, or the one `user` names; anyone else naming "
+            "another user is 403.",
+            {"200": answer("UsageList", "The usage asked for."), **errors(400, 401, 403)},
+            extra={
+                "parameters": [
+                    {
+                        "name": "user",
+                        "in": "query",
+                        "required": False,
+                        "description": "admins: this user's usage only",
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+                    }
+                ]
+            },
+        )
+    },
     "/v1/snapshots/{id}": {
         "parameters": [SNAPSHOT_ID],
         "delete": operation(

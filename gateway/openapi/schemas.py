@@ -12,7 +12,17 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
-from gateway.models import answers, environment, listing, notebook, record, run, stream, tools
+from gateway.models import (
+    answers,
+    environment,
+    listing,
+    notebook,
+    record,
+    run,
+    stream,
+    tools,
+    usage,
+)
 
 Schema = dict[str, Any]
 PREFIX = "#/components/schemas/"
@@ -38,6 +48,7 @@ ANSWERS: tuple[tuple[type[BaseModel], str], ...] = (
     (record.ReturnedFile, "ReturnedFile"),
     (record.SnapshotInfo, "Snapshot"),
     (record.SnapshotList, "SnapshotList"),
+    (usage.UsageList, "UsageList"),
     (answers.Error, "Error"),
     (answers.Health, "Health"),
     (environment.Environment, "Environment"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from gateway.budget import Quota
+from gateway.budget import CpuBudget, Quota
 from gateway.execution.config import ExecutionConfig
 from gateway.jsoncodec import JsonLimits
 from gateway.models.languages import Kernel
@@ -35,6 +35,10 @@ class RunServiceConfig:
     tokens: Path | None  # a tokens file: several users may share the slots
     default_timeout: float  # a refusal's Retry-After is a quarter of it
     drain_timeout: float
+    # what each user may spend, unless the tokens file says otherwise (0: no limit)
+    cpu_seconds_per_hour: float
+    cpu_seconds_per_day: float
+    runs_per_minute: int
     # what is kept of a run
     max_record_bytes: int
     max_records_per_user: int
@@ -73,6 +77,14 @@ class RunServiceConfig:
             bytes_per_user=self.snapshot_bytes_per_user,
             ttl=self.snapshot_ttl,
             bytes_total=self.snapshot_bytes_total,
+        )
+
+    def cpu_budget(self) -> CpuBudget:
+        """What a user may spend when the tokens file does not say."""
+        return CpuBudget(
+            cpu_seconds_per_hour=self.cpu_seconds_per_hour or None,
+            cpu_seconds_per_day=self.cpu_seconds_per_day or None,
+            runs_per_minute=self.runs_per_minute or None,
         )
 
     def records_quota(self) -> Quota:

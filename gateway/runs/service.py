@@ -11,8 +11,9 @@ import functools
 import logging
 import re
 import time
+from collections.abc import AsyncIterator, Iterator, Mapping
 
-from gateway.budget import Hold
+from gateway.budget import CpuBudget, Hold
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -39,6 +40,7 @@ from gateway.runs.attach import archive_files, check_archive, given_upload, keep
 from gateway.runs.bounds import bound_record
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.lineage import Lineage, say_gone
+from gateway.runs.quotas import FAILED_TICKS, STOP_GRACE, TICK, CpuMeter, Quotas
 from gateway.runs.slots import RunSlots
 from gateway.runs.snapshots import Snapshot, Snapshots
 from gateway.sandbox.base import SandboxBackend, SandboxSpec
@@ -84,9 +86,12 @@ class RunService:
         wire: Wire,
         metrics: Metrics,
         uploads: UploadService | None = None,
+        budgets: Mapping[str, CpuBudget] | None = None,
     ) -> None:
         self.config = config
         self.uploads = uploads
+        # what each user spends and may (the tokens file's budgets, else the default)
+        self.quotas = Quotas(store, config.cpu_budget(), budgets, metrics.user_spent)
         self.backend = backend
         self.store = store
         self.wire = wire
@@ -177,16 +182,18 @@ class RunService:
         applied when the body became a `RunRequest` (`gateway.runs.requests`). `held` is
         the request's room in the bodies budget, released once the run's record is final
         (or at once, if the run is not admitted)."""
-        await check_archive(self.uploads, request.archive, request.user)
-        program = await self._given(from_run(request), request)
-        record = RunRecord(
-            id=new_run_id(),
-            language=request.language,
-            user=request.user,
-            code=request.source,
-            continued_from=request.continue_from,
-        )
-        return await self._continuing(record, program, request, held)
+        with _given_back_unless_admitted(held):
+            await self.quotas.admit(request.user)
+            await check_archive(self.uploads, request.archive, request.user)
+            program = await self._given(from_run(request), request)
+            record = RunRecord(
+                id=new_run_id(),
+                language=request.language,
+                user=request.user,
+                code=request.source,
+                continued_from=request.continue_from,
+            )
+            return await self._continuing(record, program, request, held)
 
     async def _given(self, program: Program, request: RunRequest | NotebookRequest) -> Program:
         """`files_from`: the upload that keeps that run's files, checked now (404, 410)."""
@@ -273,18 +280,20 @@ class RunService:
         self, request: NotebookRequest, held: Hold | None = None
     ) -> ActiveRun:
         """Admit a notebook replay and start it as a task; the returned record is `queued`."""
-        program = await self._given(from_notebook(request), request)
-        record = RunRecord(
-            id=new_run_id(),
-            language=request.language,
-            user=request.user,
-            code=request.code,
-            kind="notebook",
-            name=request.name,
-        )
-        record.continued_from = request.continue_from
-        store_notebook(record, request.notebook)
-        return await self._continuing(record, program, request, held)
+        with _given_back_unless_admitted(held):
+            await self.quotas.admit(request.user)
+            program = await self._given(from_notebook(request), request)
+            record = RunRecord(
+                id=new_run_id(),
+                language=request.language,
+                user=request.user,
+                code=request.code,
+                kind="notebook",
+                name=request.name,
+            )
+            record.continued_from = request.continue_from
+            store_notebook(record, request.notebook)
+            return await self._continuing(record, program, request, held)
 
     async def _available(self, language: Language) -> None:
         """A language whose kernel may be missing (R) is refused where the backend's kernels
@@ -310,17 +319,22 @@ class RunService:
         try:
             await self._available(record.language)
             self._admit()
+            # a start counts against `runs_per_minute` once every check of this gateway's
+            # passed; undone when the store refuses it
+            counted = await self.quotas.count_start(record.user)
             active = ActiveRun(record=record, held=held, source=source)
             self.active[record.id] = active  # holds its place in this gateway's capacity
             try:
                 mine = await self.store.admit(record, self.config.max_runs_per_user)
             except BaseException:
                 del self.active[record.id]
+                await self.quotas.uncount_start(record.user, counted)
                 raise
             active.stored = mine is None
             self._publish_leases()
             if mine is not None:
                 del self.active[record.id]
+                await self.quotas.uncount_start(record.user, counted)
                 raise RateLimited(
                     f"You already have {mine} runs in progress; the limit is "
                     f"{self.config.max_runs_per_user}.",
@@ -354,6 +368,7 @@ class RunService:
         (the record's own methods move its status: `gateway.models.record`)."""
         record = active.record
         started = time.monotonic()
+        meter = self.quotas.meter(record.user)
         try:
             if not await self._slots.acquire(record.user, active.cancel):
                 record.cancel_unstarted("The run was cancelled before it started.")
@@ -387,7 +402,8 @@ class RunService:
                         )
                         if program.keep_cells:
                             execution.advance = functools.partial(self._advance, active, kernels)
-                        await execution.run(session, files)
+                        async with self._metered(execution, meter):
+                            await execution.run(session, files)
                         if program.keep:
                             await self._keep_state(execution.session or session, active)
                 except StartCancelled:
@@ -412,6 +428,11 @@ class RunService:
                     self.snapshots.prepare(active.source)  # for the next run from it
                 self.snapshots.release(active.source)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
+            if record.started_at is not None:  # it ran: what it spent goes to the ledger
+                try:
+                    await meter.close(record.usage.cpu_ms, record.usage.peak_memory_bytes)
+                except Exception:
+                    log.exception("run %s: its usage could not be counted", record.id)
             # still held (its lease renewed) until the store has the final record, however
             # long the store takes to come back
             try:
@@ -423,6 +444,43 @@ class RunService:
                     active.held.release()
         return record
 
+    @contextlib.asynccontextmanager
+    async def _metered(self, execution: Execution, meter: CpuMeter) -> AsyncIterator[None]:
+        """While the block runs: a run whose user has a CPU budget reports what it spends
+        every `TICK`, and is stopped (`cpu_quota`) once a window of its user's is spent."""
+        if not meter.watching:
+            yield
+            return
+
+        async def watch() -> None:
+            failed = 0
+            while failed < FAILED_TICKS:
+                await asyncio.sleep(TICK)
+                try:
+                    spent = await execution.cpu_spent()
+                    spent_window = None if spent is None else await meter.tick(spent)
+                    failed = 0
+                except Exception as exc:  # the store, say: tried again next tick
+                    failed += 1
+                    log.warning(
+                        "run %s: its CPU could not be counted: %s", execution.record.id, exc
+                    )
+                    continue
+                if spent_window is not None:
+                    break
+            # spent, or not counted for FAILED_TICKS in a row (a budget held closed)
+            execution.stop("cpu_quota")
+            await asyncio.sleep(STOP_GRACE)
+            await execution.kill()  # still going: what took no cancel ends with its sandbox
+
+        watcher = asyncio.create_task(watch())
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
     async def _keep_state(self, session: KernelSession, active: ActiveRun) -> None:
         """Keep the kernel's final state as a snapshot (`keep`), if the run ended with its
         kernel alive; a note says why not otherwise."""
@@ -431,9 +489,13 @@ class RunService:
             record.notes.append(f"The kernel's state was not kept: the run {record.status}.")
             return
         cell = execution.last_cell if execution and execution.program.keep_cells else None
+        before = await _cpu_of(session)
         snapshot, note = await self.snapshots.keep(
             session, record.user, active.source, record.id, cell
         )
+        after = await _cpu_of(session)
+        if before is not None and after is not None and record.usage.cpu_ms is not None:
+            record.usage.cpu_ms += max(0, after - before)  # keeping runs the kernel's hooks too
         if note is not None:
             record.notes.append(note)
         if snapshot is not None and snapshot.gone is None:
@@ -569,3 +631,23 @@ def _fail(record: RunRecord, note: str) -> None:
         record.notes.append(note)
     else:
         record.fail(note)
+
+
+@contextlib.contextmanager
+def _given_back_unless_admitted(held: Hold | None) -> Iterator[None]:
+    """A request not admitted (any error of the block) gives its room in the bodies budget
+    back at once (`release` is idempotent: an admitted run's is given back at its end)."""
+    try:
+        yield
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+
+
+async def _cpu_of(session: KernelSession) -> int | None:
+    """The CPU its sandbox has used, if it can still tell."""
+    try:
+        return (await session.sandbox.usage()).cpu_ms
+    except Exception:
+        return None

@@ -16,11 +16,12 @@ lack, with a default that says so):
     * await sandbox.set_memory_limit(n)          # the pool, when a run takes a pooled kernel
       await sandbox.stage_files(files)           # the executor, before the run's first cell
     * before = await sandbox.usage()             # the executor: the run's CPU counts from here
-      ... the cells run ...
+      ... the cells run ...                      #   (also its staging failed: what it held)
+    * after = await sandbox.usage()              # after each cell: the cell's own CPU
       # the executor, after the last cell: the same steps on every backend
     * await sandbox.freeze() or sandbox.kill()   # with return_files: nothing changes the
       files = await sandbox.read_files(patterns) #   working folder while it is read back
-    * usage = await sandbox.usage()
+    * usage = await sandbox.usage()              # also after the kernel died: still told
     * hits = await sandbox.limit_events()        # memory / pids limits that struck
       death = await sandbox.death()              # after a cell that ended "died"
       # the record is answered; then, off the answer's path:
@@ -180,9 +181,11 @@ class Sandbox(abc.ABC):
         return False
 
     async def usage(self) -> Usage:
-        """CPU time and peak memory of the sandbox so far (wall time is the executor's).
-        Asked by the executor before the run's first cell and after its last. Default:
-        nothing known (the record's usage fields stay null)."""
+        """CPU time and peak memory of the sandbox so far (wall time is the executor's),
+        until it is destroyed: also once its kernel died or was killed. Asked by the
+        executor (`execution.meter`) before the run's first cell, after each cell and after
+        the last, on the event loop: it must not block (cgroup counters are read in
+        microseconds). Default: nothing known (the record's usage fields stay null)."""
         return Usage()
 
     async def limit_events(self) -> frozenset[LimitEvent]:

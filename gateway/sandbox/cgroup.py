@@ -31,10 +31,22 @@ def _write(path: Path, value: str) -> None:
 
 
 def _read(path: Path) -> str:
+    """A control file's text ("" when it cannot be read: the group is gone). Read with
+    plain system calls: the counters a run's usage takes are read on the event loop, each
+    in microseconds (kernel memory, never the disk)."""
     try:
-        return path.read_text(encoding="ascii")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", "replace")
 
 
 def _counter(text: str, key: str) -> int:
@@ -142,6 +154,22 @@ class Cgroup:
                     dirs[controller] = ROOT / controller / path.lstrip("/")
         return cls(dirs, v2=False) if {"memory", "pids", "cpuacct"} <= set(dirs) else None
 
+    @classmethod
+    def named(cls, name: str) -> Cgroup:
+        """The group `name` at the top of each hierarchy that meters a sandbox (memory,
+        pids, cpuacct; cgroup v2's one), whoever makes it (Docker's `cgroup_parent`): its
+        counters include those of the groups below it, and keep them once those are gone."""
+        if (ROOT / "cgroup.controllers").exists():
+            return cls({"unified": ROOT / name}, v2=True)
+        return cls({c: ROOT / c / name for c in ("memory", "pids", "cpuacct")}, v2=False)
+
+    @classmethod
+    def remove_named(cls, name: str) -> None:
+        """Remove the empty group `name` from every hierarchy it is in (a container runtime
+        makes a `cgroup_parent` in all of them: freezer, devices, ...)."""
+        found = [p for p in [*ROOT.glob(f"*/{name}"), ROOT / name] if p.is_dir()]
+        cls({str(i): p for i, p in enumerate(found)}, v2=False).remove()
+
     @property
     def proc_files(self) -> list[Path]:
         """Files a process writes its pid into to join this group (one per hierarchy)."""
@@ -168,8 +196,8 @@ class Cgroup:
 
     def cpu_ns(self) -> int | None:
         if self.v2:
-            usec = _counter(_read(self.dirs["unified"] / "cpu.stat"), "usage_usec")
-            return usec * 1000
+            text = _read(self.dirs["unified"] / "cpu.stat")
+            return _counter(text, "usage_usec") * 1000 if text else None
         text = _read(self.dirs["cpuacct"] / "cpuacct.usage").strip()
         return int(text) if text.isdigit() else None
 

@@ -34,6 +34,13 @@ workspace is opened by descriptor when the sandbox is created (`workspace.py`) a
 to Docker as a `nosuid,nodev` bind mount of that descriptor in a root-only folder
 (`mounts.py`), so a path swapped by another run can never be mounted or chowned.
 
+Where the engine manages cgroups itself (its `cgroupfs` driver), each container is made
+inside a cgroup of its sandbox's own (`cgroup_parent`, named after the sandbox's folder):
+the engine removes a container's own group as soon as the container stops, and its parent's
+counters, which include the container's, are the sandbox's usage until it is destroyed, so
+a kernel that died or was killed for memory still has its CPU and peak told. (With
+systemd's driver the container's own group is read while it lives.)
+
 Engine calls run on a thread pool of the backend's own (the SDK is synchronous, DESIGN.md
 decision 8), each bounded by `docker_call_timeout`; kills and removals have a pool of
 their own, so a busy engine can never starve the deadline. A container's exit is learned
@@ -194,6 +201,9 @@ class DockerBackend(SandboxBackend):
         self._watcher: ExitWatcher | None = None
         self._environment = EnvironmentCache()
         self.accounts = RootAccounts()  # the image's own, read when the backend starts
+        # each container in a cgroup of the sandbox's own (`cgroup_parent`), whose counters
+        # outlive the container: where the engine manages cgroups itself (not systemd's)
+        self.cgroup_parents = False
 
     @classmethod
     async def probe(cls, config: DockerConfig) -> tuple[bool, str]:
@@ -255,6 +265,8 @@ class DockerBackend(SandboxBackend):
         if self.config.allow_network:
             await self.call(self._check_network)
         await self.tenancy.startup(switch_users=True)
+        info = await self.call(self.client.info)
+        self.cgroup_parents = info.get("CgroupDriver") == "cgroupfs"
         removed = await self.call(self._remove_ours)
         if removed:
             log.warning(
@@ -331,6 +343,7 @@ class DockerBackend(SandboxBackend):
         for path in Path(tempfile.gettempdir()).glob(self.prefix + "*"):
             with contextlib.suppress(OSError):
                 remove_tree(path)
+        Cgroup.remove_matching(f"gateway-{self.prefix}")  # the sandboxes' own (emptied)
         return count
 
     async def create(self, spec: SandboxSpec) -> DockerSandbox:
@@ -366,7 +379,12 @@ class DockerSandbox(ExitingSandbox[int | None]):
         self.workspace_fd: int | None = None
         self.workspace_mount: Path | None = None
         self.exited: asyncio.Future[int | None] | None = None
-        self._cgroup: Cgroup | None = None
+        self._cgroup: Cgroup | None = None  # the container's own
+        # the sandbox's group, the container's parent (`cgroup_parent`): the container's
+        # usage, still there after the engine removed the container's own group (a kernel
+        # that died, was killed for memory, or ended itself), until the sandbox is destroyed
+        group = f"gateway-{self.host_dir.name}"
+        self.usage_group = Cgroup.named(group) if backend.cgroup_parents else None
         self._state: dict[str, Any] = {}
         self._staged: tuple[StagedFile, ...] = ()
         self._frozen = False
@@ -446,6 +464,7 @@ class DockerSandbox(ExitingSandbox[int | None]):
             nano_cpus=int(limits.cpus * 1e9),
             ipc_mode="private",
             log_config=LogConfig(type=LogConfig.types.NONE),
+            cgroup_parent=None if self.usage_group is None else f"/{self.usage_group.name}",
         )
         # The low-level call: `containers.create` would inspect the new container at once,
         # an engine round trip per run for attributes nothing here reads (start inspects).
@@ -594,12 +613,10 @@ class DockerSandbox(ExitingSandbox[int | None]):
     # --- what happened ------------------------------------------------------------------
 
     async def usage(self) -> Usage:
-        usage = Usage()
-        if self._cgroup is not None:
-            cpu_ns = self._cgroup.cpu_ns()
-            usage.cpu_ms = None if cpu_ns is None else cpu_ns // 1_000_000
-            usage.peak_memory_bytes = self._cgroup.peak_memory()
-        return usage
+        group = self.usage_group or self._cgroup
+        if group is None or not self._started:
+            return Usage()
+        return group.usage()
 
     async def death(self) -> Death | None:
         with contextlib.suppress(docker.errors.DockerException, SandboxError):
@@ -627,6 +644,8 @@ class DockerSandbox(ExitingSandbox[int | None]):
         try:
             if self.container is not None:
                 await self.backend.call_kill(remove_container, self.container)
+            if self.usage_group is not None:  # empty once the container is gone
+                await asyncio.to_thread(Cgroup.remove_named, self.usage_group.name)
         finally:
             if self.container is not None and self.backend._watcher is not None:
                 self.backend._watcher.forget(self.container.id)

@@ -106,6 +106,22 @@ class Listed:
     after: tuple[str, str]
 
 
+@dataclasses.dataclass(frozen=True)
+class UsageRow:
+    """What a user's runs spent in one minute (`gateway.runs.quotas`): CPU of runs going
+    and done, runs that ended, the largest peak memory of one of them."""
+
+    user: str
+    minute: int  # whole minutes since the epoch (UTC)
+    cpu_ms: int
+    runs: int
+    peak_memory_bytes: int
+
+
+USAGE_KEPT_MINUTES = 35 * 24 * 60  # a user's usage is kept this long (GET /v1/usage: 30 days)
+START_WINDOW = 60.0  # seconds: runs started are counted over the last minute
+
+
 class InvalidPosition(ValueError):
     """A `RunQuery.after` this store cannot have written."""
 
@@ -198,6 +214,41 @@ class RecordStore(abc.ABC):
     async def admit(self, record: RunRecord, limit: int) -> int | None:
         """Store a new unfinished record owned by this replica, unless its user already has
         `limit` unfinished runs (on any replica): then store nothing and return how many."""
+
+    # --- usage (`gateway.runs.quotas`) ---------------------------------------------------
+
+    @abc.abstractmethod
+    async def spend(
+        self,
+        user: str,
+        minute: int,
+        cpu_ms: int,
+        windows: tuple[int, ...],
+        runs: int = 0,
+        peak_memory_bytes: int = 0,
+    ) -> tuple[int, ...]:
+        """Add to `user`'s usage of `minute` and answer, atomically with the addition (on
+        every replica), their CPU milliseconds in each window: the `w` minutes up to
+        `minute`, that one included."""
+
+    @abc.abstractmethod
+    async def usage(self, user: str | None, since_minute: int) -> list[UsageRow]:
+        """The minutes of `user`'s usage (None: every user's) from `since_minute` on,
+        oldest first."""
+
+    @abc.abstractmethod
+    async def uncount_start(self, user: str, at: float) -> None:
+        """Forget the start `count_start` counted at `at` (the run was not admitted)."""
+
+    @abc.abstractmethod
+    async def stored_bytes(self, user: str) -> int:
+        """The bytes `user`'s run records take in the store (GET /v1/usage)."""
+
+    @abc.abstractmethod
+    async def count_start(self, user: str, now: float, per_minute: int) -> float | None:
+        """Count a run started by `user` at `now` (seconds since the epoch) unless
+        `per_minute` already started in the `START_WINDOW` before it (fleet-wide): then
+        count nothing and answer the seconds until one may start."""
 
     @abc.abstractmethod
     async def update(self, record: RunRecord) -> bool:

@@ -32,6 +32,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
@@ -41,12 +42,23 @@ from psycopg import conninfo
 
 from gateway.budget import Quota
 from gateway.models.record import RunRecord
-from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, Renewal, RunQuery
+from gateway.store.base import (
+    START_WINDOW,
+    USAGE_KEPT_MINUTES,
+    Finished,
+    InvalidPosition,
+    Listed,
+    RecordStore,
+    Renewal,
+    RunQuery,
+    UsageRow,
+)
 from gateway.store.config import StoreConfig
 from gateway.store.migrate import migrate
 from gateway.store.postgres_connection import (
     CONNECTION_OPTIONS,
     RUNS_LOCK,
+    STARTS_LOCK,
     Conn,
     lock_user,
     unavailable,
@@ -289,7 +301,82 @@ class PostgresStore(RecordStore):
                 "AND NOT status IN ('queued', 'running')",
                 (ttl,),
             )
+            oldest = int(time.time() // 60) - USAGE_KEPT_MINUTES
+            await conn.execute("DELETE FROM usage WHERE minute < %s", (oldest,))
+            await conn.execute("DELETE FROM starts WHERE at < %s", (time.time() - START_WINDOW,))
             return cursor.rowcount
+
+    # --- usage ------------------------------------------------------------------------
+
+    async def spend(
+        self,
+        user: str,
+        minute: int,
+        cpu_ms: int,
+        windows: tuple[int, ...],
+        runs: int = 0,
+        peak_memory_bytes: int = 0,
+    ) -> tuple[int, ...]:
+        async with self.connection() as conn:
+            await conn.execute(
+                "INSERT INTO usage (owner, minute, cpu_ms, runs, peak_memory_bytes) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (owner, minute) DO UPDATE SET "
+                "cpu_ms = usage.cpu_ms + excluded.cpu_ms, runs = usage.runs + excluded.runs, "
+                "peak_memory_bytes = greatest(usage.peak_memory_bytes, "
+                "excluded.peak_memory_bytes)",
+                (user, minute, cpu_ms, runs, peak_memory_bytes),
+            )
+            found = []
+            for window in windows:  # the same transaction: this addition included
+                cursor = await conn.execute(
+                    "SELECT coalesce(sum(cpu_ms), 0) FROM usage "
+                    "WHERE owner = %s AND minute > %s AND minute <= %s",
+                    (user, minute - window, minute),
+                )
+                found.append(int((await _one(cursor))[0]))
+            return tuple(found)
+
+    async def usage(self, user: str | None, since_minute: int) -> list[UsageRow]:
+        query = (
+            "SELECT owner, minute, cpu_ms, runs, peak_memory_bytes FROM usage WHERE minute >= %s"
+        )
+        args: tuple[Any, ...] = (since_minute,)
+        if user is not None:
+            query, args = query + " AND owner = %s", (*args, user)
+        async with self.connection() as conn:
+            cursor = await conn.execute(query + " ORDER BY minute, owner", args)
+            rows = await cursor.fetchall()
+        return [UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+    async def uncount_start(self, user: str, at: float) -> None:
+        async with self.connection() as conn:
+            await conn.execute(
+                "DELETE FROM starts WHERE ctid IN "
+                "(SELECT ctid FROM starts WHERE owner = %s AND at = %s LIMIT 1)",
+                (user, at),
+            )
+
+    async def stored_bytes(self, user: str) -> int:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT coalesce(sum(size), 0) FROM runs WHERE owner = %s", (user,)
+            )
+            return int((await _one(cursor))[0])
+
+    async def count_start(self, user: str, now: float, per_minute: int) -> float | None:
+        async with self.connection() as conn:
+            await lock_user(conn, STARTS_LOCK, user)  # one decision at a time, fleet-wide
+            await conn.execute(
+                "DELETE FROM starts WHERE owner = %s AND at <= %s", (user, now - START_WINDOW)
+            )
+            cursor = await conn.execute(
+                "SELECT at FROM starts WHERE owner = %s ORDER BY at", (user,)
+            )
+            starts = [float(row[0]) for row in await cursor.fetchall()]
+            if len(starts) >= per_minute:
+                return max(0.0, starts[len(starts) - per_minute] + START_WINDOW - now)
+            await conn.execute("INSERT INTO starts (owner, at) VALUES (%s, %s)", (user, now))
+        return None
 
     # --- replicas -----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ Connections = Callable[[], contextlib.AbstractAsyncContextManager[Conn]]
 # first keys of the per-user advisory locks (second: hashtext(user))
 RUNS_LOCK = 1  # on the user's runs
 UPLOADS_LOCK = 2  # on the user's uploads
+STARTS_LOCK = 3  # on the runs the user started lately (the runs-per-minute budget)
 
 # A server that stops answering (a hung host, a network that drops packets) must not hold a
 # request and a connection for the minutes TCP takes to give up: connecting is bounded,

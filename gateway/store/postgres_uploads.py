@@ -70,6 +70,16 @@ class PostgresShelf(UploadShelf):
             row = await cursor.fetchone()
         return None if row is None else _upload(row)
 
+    async def stored_bytes(self, user: str) -> int:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT coalesce(sum(size), 0) FROM uploads WHERE owner = %s "
+                "AND created >= now() - make_interval(secs => %s)",
+                (user, self.ttl),
+            )
+            row = await cursor.fetchone()
+        return 0 if row is None else int(row[0])
+
     async def read(self, upload_id: str) -> bytes | None:
         async with self.connection() as conn:
             cursor = await conn.execute(

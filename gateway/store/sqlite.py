@@ -28,7 +28,16 @@ from typing import Any
 
 from gateway.budget import Quota
 from gateway.models.record import RunRecord
-from gateway.store.base import Finished, InvalidPosition, Listed, RecordStore, RunQuery
+from gateway.store.base import (
+    START_WINDOW,
+    USAGE_KEPT_MINUTES,
+    Finished,
+    InvalidPosition,
+    Listed,
+    RecordStore,
+    RunQuery,
+    UsageRow,
+)
 from gateway.store.config import StoreConfig
 from gateway.store.instance import FileLock
 from gateway.store.records import decode, dump, encode, load, summary, summary_of_stored
@@ -57,6 +66,20 @@ _LISTING_COLUMNS = (
     "UPDATE runs SET language = json_extract(record, '$.language')",
 )
 _LISTING_INDEX = "CREATE INDEX IF NOT EXISTS runs_user_listing ON runs (user, created, id)"
+# Added later: what each user spent, a row a minute, and the runs they started lately.
+_USAGE = """
+CREATE TABLE IF NOT EXISTS usage (
+    user TEXT NOT NULL,
+    minute INTEGER NOT NULL,
+    cpu_ms INTEGER NOT NULL DEFAULT 0,
+    runs INTEGER NOT NULL DEFAULT 0,
+    peak_memory_bytes INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (user, minute)
+);
+CREATE INDEX IF NOT EXISTS usage_minute ON usage (minute);
+CREATE TABLE IF NOT EXISTS starts (user TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS starts_user_at ON starts (user, at);
+"""
 
 
 class SQLiteStore(RecordStore):
@@ -97,6 +120,7 @@ class SQLiteStore(RecordStore):
                 for statement in _LISTING_COLUMNS:
                     db.execute(statement)
         db.execute(_LISTING_INDEX)
+        db.executescript(_USAGE)
         self._db = db
 
     async def close(self) -> None:
@@ -262,11 +286,107 @@ class SQLiteStore(RecordStore):
         return result
 
     def _expire(self, before: float) -> int:
-        cursor = self._conn().execute(
+        conn = self._conn()
+        cursor = conn.execute(
             "DELETE FROM runs WHERE created < ? AND status NOT IN ('queued', 'running')",
             (before,),
         )
+        oldest = int(time.time() // 60) - USAGE_KEPT_MINUTES
+        conn.execute("DELETE FROM usage WHERE minute < ?", (oldest,))
+        conn.execute("DELETE FROM starts WHERE at < ?", (time.time() - START_WINDOW,))
         return cursor.rowcount
+
+    # --- usage ------------------------------------------------------------------------
+
+    async def spend(
+        self,
+        user: str,
+        minute: int,
+        cpu_ms: int,
+        windows: tuple[int, ...],
+        runs: int = 0,
+        peak_memory_bytes: int = 0,
+    ) -> tuple[int, ...]:
+        found: tuple[int, ...] = await self._call(
+            self._spend, user, minute, cpu_ms, windows, runs, peak_memory_bytes
+        )
+        return found
+
+    def _spend(
+        self,
+        user: str,
+        minute: int,
+        cpu_ms: int,
+        windows: tuple[int, ...],
+        runs: int,
+        peak: int,
+    ) -> tuple[int, ...]:
+        conn = self._conn()
+        conn.execute(
+            "INSERT INTO usage (user, minute, cpu_ms, runs, peak_memory_bytes) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user, minute) DO UPDATE SET "
+            "cpu_ms = cpu_ms + excluded.cpu_ms, runs = runs + excluded.runs, "
+            "peak_memory_bytes = max(peak_memory_bytes, excluded.peak_memory_bytes)",
+            (user, minute, cpu_ms, runs, peak),
+        )
+        return tuple(
+            int(
+                conn.execute(
+                    "SELECT coalesce(sum(cpu_ms), 0) FROM usage "
+                    "WHERE user = ? AND minute > ? AND minute <= ?",
+                    (user, minute - window, minute),
+                ).fetchone()[0]
+            )
+            for window in windows
+        )
+
+    async def usage(self, user: str | None, since_minute: int) -> list[UsageRow]:
+        found: list[UsageRow] = await self._call(self._usage, user, since_minute)
+        return found
+
+    def _usage(self, user: str | None, since_minute: int) -> list[UsageRow]:
+        query = "SELECT user, minute, cpu_ms, runs, peak_memory_bytes FROM usage WHERE minute >= ?"
+        args: tuple[Any, ...] = (since_minute,)
+        if user is not None:
+            query, args = query + " AND user = ?", (*args, user)
+        rows = self._conn().execute(query + " ORDER BY minute, user", args).fetchall()
+        return [UsageRow(*row) for row in rows]
+
+    async def uncount_start(self, user: str, at: float) -> None:
+        await self._call(self._uncount_start, user, at)
+
+    def _uncount_start(self, user: str, at: float) -> None:
+        self._conn().execute(
+            "DELETE FROM starts WHERE rowid IN "
+            "(SELECT rowid FROM starts WHERE user = ? AND at = ? LIMIT 1)",
+            (user, at),
+        )
+
+    async def stored_bytes(self, user: str) -> int:
+        found: int = await self._call(self._stored_bytes, user)
+        return found
+
+    def _stored_bytes(self, user: str) -> int:
+        query = "SELECT coalesce(sum(size), 0) FROM runs WHERE user = ?"
+        return int(self._conn().execute(query, (user,)).fetchone()[0])
+
+    async def count_start(self, user: str, now: float, per_minute: int) -> float | None:
+        wait: float | None = await self._call(self._count_start, user, now, per_minute)
+        return wait
+
+    def _count_start(self, user: str, now: float, per_minute: int) -> float | None:
+        conn = self._conn()
+        conn.execute("DELETE FROM starts WHERE user = ? AND at <= ?", (user, now - START_WINDOW))
+        starts = [
+            float(at)
+            for (at,) in conn.execute(
+                "SELECT at FROM starts WHERE user = ? ORDER BY at", (user,)
+            ).fetchall()
+        ]
+        if len(starts) >= per_minute:
+            return max(0.0, starts[len(starts) - per_minute] + START_WINDOW - now)
+        conn.execute("INSERT INTO starts (user, at) VALUES (?, ?)", (user, now))
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

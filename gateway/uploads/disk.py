@@ -39,6 +39,10 @@ class DiskShelf(UploadShelf):
     async def find(self, upload_id: str) -> ShelvedUpload | None:
         return await asyncio.to_thread(self._find, upload_id)
 
+    async def stored_bytes(self, user: str) -> int:
+        async with self._lock:
+            return await asyncio.to_thread(self._ledger.stored_bytes, user, self._alive)
+
     async def read(self, upload_id: str) -> bytes | None:
         return await asyncio.to_thread(self._read, upload_id)
 

@@ -79,5 +79,8 @@ class UploadLedger:
         by_user[user] = kept
         return doomed
 
+    def stored_bytes(self, user: str, alive: Callable[[Kept], bool]) -> int:
+        return sum(k.size for k in self._load().get(user, []) if alive(k))
+
     def add(self, user: str, kept: Kept) -> None:
         self._load().setdefault(user, []).append(kept)

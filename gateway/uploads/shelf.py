@@ -57,6 +57,10 @@ class UploadShelf(abc.ABC):
         while one more would not fit `quota` (never more than all of them)."""
 
     @abc.abstractmethod
+    async def stored_bytes(self, user: str) -> int:
+        """The bytes `user`'s live uploads take on the shelf (GET /v1/usage)."""
+
+    @abc.abstractmethod
     async def find(self, upload_id: str) -> ShelvedUpload | None:
         """The upload, unless it is missing or expired (anyone's: the caller checks)."""
 

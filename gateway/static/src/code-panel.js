@@ -191,7 +191,8 @@ export class CodePanel extends RunPanel {
   showRecord(record, { replaceOutputs = true } = {}) {
     this.shown = record;
     if (replaceOutputs) this.view.showAll(record.outputs);
-    this.status.set(record.status, { exitCode: record.exit_code, ms: record.usage?.wall_ms });
+    this.status.set(record.status, { exitCode: record.exit_code, ms: record.usage?.wall_ms, usage: record.usage });
+    this.app.budget?.refresh();
     this.ui.notes.replaceChildren(...(record.notes || []).map((note) => el("li", {}, note)));
     this.ui.download.hidden = false;
     this.ui.download.href = `/v1/runs/${encodeURIComponent(record.id)}/notebook`;

@@ -9,6 +9,15 @@ export function formatDuration(ms) {
   return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
 }
 
+/** What a run used, as its record's `usage` says: `CPU 812 ms · 85.0 MiB` ("" when unknown). */
+export function formatUsage(usage) {
+  if (!usage) return "";
+  const parts = [];
+  if (usage.cpu_ms !== undefined && usage.cpu_ms !== null) parts.push(`CPU ${formatDuration(usage.cpu_ms)}`);
+  if (usage.peak_memory_bytes) parts.push(`peak ${formatBytes(usage.peak_memory_bytes)}`);
+  return parts.join(" · ");
+}
+
 export function formatBytes(n) {
   if (n < 1024) return `${n} B`;
   if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;

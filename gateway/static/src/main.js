@@ -15,7 +15,7 @@ import { NotebookError, parseNotebook } from "./notebook-file.js";
 import { KEPT } from "./notebook-edits.js";
 import { NotebookPanel } from "./notebook-panel.js";
 import { joinText } from "./render.js";
-import { Announcer, GatewayStatus } from "./status.js";
+import { Announcer, BudgetStatus, GatewayStatus } from "./status.js";
 import { NOTEBOOKS, Store } from "./store.js";
 import { StreamClient } from "./stream.js";
 import { Tabs } from "./tabs.js";
@@ -46,6 +46,7 @@ const auth = {
 const api = new Api(token);
 const announcer = new Announcer(byId("announcer"));
 const gatewayStatus = new GatewayStatus(byId("connection"), announcer); // health, and the socket's state
+const budget = new BudgetStatus(byId("budget"), api); // what the user may still spend, if limited
 
 function showConnection(state, detail) {
   gatewayStatus.socket(state);
@@ -72,6 +73,7 @@ const history = new History(
 const app = {
   client: new StreamClient(token, showConnection),
   api,
+  budget,
   auth,
   announcer,
   gallery,
@@ -322,6 +324,7 @@ async function restore() {
 
 renderFiles();
 gatewayStatus.start();
+budget.refresh();
 history.reload();
 environment.load();
 restore().finally(() => {

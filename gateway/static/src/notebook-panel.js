@@ -97,7 +97,7 @@ export class NotebookPanel extends RunPanel {
     this.ui.progress.textContent = "";
     this.ui.download.hidden = !executedBy;
     if (executedBy) {
-      this.status.set(executedBy.status, { ms: executedBy.usage?.wall_ms });
+      this.status.set(executedBy.status, { ms: executedBy.usage?.wall_ms, usage: executedBy.usage });
       this.ui.notes.replaceChildren(...(executedBy.notes || []).map((note) => el("li", {}, note)));
     } else {
       this.status.set("idle");
@@ -413,7 +413,8 @@ export class NotebookPanel extends RunPanel {
       this.ui.notes.append(el("li", {}, "The state before this cell had gone: the cells before it were run again to make it."));
     }
     this.filesKept(run, record);
-    this.status.set(record.status, { ms: record.usage?.wall_ms });
+    this.status.set(record.status, { ms: record.usage?.wall_ms, usage: record.usage });
+    this.app.budget?.refresh();
     this.ui.progress.textContent = `${run.ran} of ${run.codeCells} code cells ran`;
     this.ui.notes.append(...(record.notes || []).map((note) => el("li", {}, note)));
     this.executed = { runId: record.id, metadata: executed?.metadata || this.view.nb.metadata };

@@ -1,7 +1,7 @@
 // Where state is shown: a run's status pill with its exit code and duration (a live timer
 // while it runs), the gateway's health in the page's header, and one polite live region that
 // tells a screen reader what changed.
-import { formatDuration } from "./format.js";
+import { formatDuration, formatUsage } from "./format.js";
 
 /** The live region: the page's status changes, spoken once each. */
 export class Announcer {
@@ -32,12 +32,14 @@ export class StatusBar {
     this.timer = null;
   }
 
-  set(status, { exitCode, ms, label } = {}) {
+  /** `usage`: a finished run's record's, shown beside its time (CPU, peak memory). */
+  set(status, { exitCode, ms, label, usage } = {}) {
     const { status: pill, exitCode: exit, duration } = this.parts;
     pill.dataset.status = status;
     pill.textContent = label || status.replace("_", " ");
     if (exit) exit.textContent = exitCode === undefined || exitCode === null ? "" : `exit ${exitCode}`;
-    duration.textContent = formatDuration(ms);
+    const used = formatUsage(usage);
+    duration.textContent = [formatDuration(ms), used].filter(Boolean).join(" · ");
   }
 
   /** Count the time since `started` (performance.now()) until stop(). */
@@ -76,6 +78,35 @@ const SPOKEN = {
   unavailable: "The gateway's store is not answering.",
   unreachable: "The gateway is unreachable.",
 };
+
+/**
+ * What the user may still spend (GET /v1/usage), shown in the header only when they have a
+ * budget: CPU-seconds left of the rolling hour and day. Asked again after each run.
+ */
+export class BudgetStatus {
+  constructor(element, api) {
+    this.element = element;
+    this.api = api;
+  }
+
+  async refresh() {
+    let mine;
+    try {
+      const answer = await this.api.json("/v1/usage");
+      mine = answer.users?.find((entry) => entry.user === answer.you); // an admin gets everyone's
+    } catch {
+      return; // no answer now: what it showed stays
+    }
+    const left = [
+      ["this hour", mine?.last_hour?.cpu_seconds_left],
+      ["today", mine?.last_day?.cpu_seconds_left],
+    ].filter(([, value]) => value !== null && value !== undefined);
+    this.element.hidden = left.length === 0;
+    this.element.textContent = left.length
+      ? `CPU left: ${left.map(([when, value]) => `${formatDuration(value * 1000)} ${when}`).join(", ")}`
+      : "";
+  }
+}
 
 export class GatewayStatus {
   /**
