@@ -43,10 +43,6 @@ def minute_of(now: float) -> int:
     return int(now // 60)
 
 
-def window_sum(rows: Sequence[UsageRow], minute: int, window: int) -> int:
-    return sum(r.cpu_ms for r in rows if minute - window < r.minute <= minute)
-
-
 def retry_after(rows: Sequence[UsageRow], now: float, window: int, budget_ms: int) -> int:
     """Whole seconds from `now` until the user's CPU in the rolling `window` (minutes) is
     under `budget_ms` again, as its oldest minutes leave it (at least 1)."""
@@ -103,13 +99,15 @@ class Quotas:
         if not limits:
             return
         minute = minute_of(now)
-        rows = await self.store.usage(user, minute - DAY + 1)
-        waits = [
-            retry_after(rows, now, window, limit_ms)
-            for window, limit_ms, _ in limits
-            if window_sum(rows, minute, window) >= limit_ms
+        totals = await self.store.spent(user, minute, tuple(w for w, _, _ in limits))
+        spent = [
+            (window, limit_ms)
+            for (window, limit_ms, _), total in zip(limits, totals, strict=True)
+            if total >= limit_ms
         ]
-        if waits:
+        if spent:  # only now the rows, to tell when enough of them leave the windows
+            rows = await self.store.usage(user, minute - DAY + 1)
+            waits = [retry_after(rows, now, window, limit_ms) for window, limit_ms in spent]
             self._refused_until[user] = now + max(waits)
             raise _spent(self.budget(user), max(waits))
 

@@ -232,6 +232,10 @@ class RecordStore(abc.ABC):
         `minute`, that one included."""
 
     @abc.abstractmethod
+    async def spent(self, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:
+        """`user`'s CPU milliseconds in each window (as `spend` answers, adding nothing)."""
+
+    @abc.abstractmethod
     async def usage(self, user: str | None, since_minute: int) -> list[UsageRow]:
         """The minutes of `user`'s usage (None: every user's) from `since_minute` on,
         oldest first."""

@@ -326,15 +326,11 @@ class PostgresStore(RecordStore):
                 "excluded.peak_memory_bytes)",
                 (user, minute, cpu_ms, runs, peak_memory_bytes),
             )
-            found = []
-            for window in windows:  # the same transaction: this addition included
-                cursor = await conn.execute(
-                    "SELECT coalesce(sum(cpu_ms), 0) FROM usage "
-                    "WHERE owner = %s AND minute > %s AND minute <= %s",
-                    (user, minute - window, minute),
-                )
-                found.append(int((await _one(cursor))[0]))
-            return tuple(found)
+            return await _windows(conn, user, minute, windows)  # this addition included
+
+    async def spent(self, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:
+        async with self.connection() as conn:
+            return await _windows(conn, user, minute, windows)
 
     async def usage(self, user: str | None, since_minute: int) -> list[UsageRow]:
         query = (
@@ -491,3 +487,16 @@ def _position(text: str) -> dt.datetime:
     if value.utcoffset() != dt.timedelta(0) or value.isoformat() != text:
         raise InvalidPosition(text)
     return value
+
+
+async def _windows(conn: Conn, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:
+    """`user`'s CPU milliseconds in each window of minutes up to `minute`."""
+    found = []
+    for window in windows:
+        cursor = await conn.execute(
+            "SELECT coalesce(sum(cpu_ms), 0) FROM usage "
+            "WHERE owner = %s AND minute > %s AND minute <= %s",
+            (user, minute - window, minute),
+        )
+        found.append(int((await _one(cursor))[0]))
+    return tuple(found)

@@ -329,6 +329,14 @@ class SQLiteStore(RecordStore):
             "peak_memory_bytes = max(peak_memory_bytes, excluded.peak_memory_bytes)",
             (user, minute, cpu_ms, runs, peak),
         )
+        return self._spent(user, minute, windows)
+
+    async def spent(self, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:
+        found: tuple[int, ...] = await self._call(self._spent, user, minute, windows)
+        return found
+
+    def _spent(self, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:
+        conn = self._conn()
         return tuple(
             int(
                 conn.execute(
