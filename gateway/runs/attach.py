@@ -12,6 +12,7 @@ keeps it for a later run if asked (`keep_files`: `gateway.uploads.kept`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
@@ -24,6 +25,7 @@ from gateway.uploads.archives import Unpacked
 from gateway.uploads.limits import entry_path
 from gateway.uploads.service import UploadService
 
+log = logging.getLogger(__name__)
 MAX_LISTED = 5  # names listed in a note before "and N more"
 KEEP_FILES_WAIT = 2.0  # seconds a run waits for a turn to keep its files (uploads' turns)
 
@@ -160,6 +162,10 @@ async def keep_given(
         upload = await uploads.keep_files(files, record.user, wait=KEEP_FILES_WAIT)
     except GatewayError as exc:
         record.notes.append(f"The files were not kept: {exc.message}")
+        return
+    except OSError as exc:  # the shelf's disk (full, say): the run goes on without
+        log.warning("run %s: its files could not be kept: %s", record.id, exc)
+        record.notes.append("The files were not kept: the gateway could not store them.")
         return
     record.files_upload, given.kept = upload.id, True
 
