@@ -69,7 +69,7 @@ def test_the_client_needs_no_extra(server: GatewayThread, tmp_path: Path) -> Non
     )
     done = bare_gateway(tmp_path, "run", "one.ipynb", "--url", f"http://127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("[1/1] cell 1 · "), done.stdout
+    assert done.stdout.startswith("[1/1] In [1] · "), done.stdout
 
 
 @pytest.mark.parametrize(

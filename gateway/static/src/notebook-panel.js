@@ -225,8 +225,11 @@ export class NotebookPanel extends RunPanel {
   }
 
   /** The notebook kept in this browser before a reload, opened again. */
+  /** The notebook this browser kept, opened again after a reload; never over one the user
+   * opened meanwhile (a History item clicked while the page was still loading). */
   restore(kept) {
     if (!kept?.nb || !Array.isArray(kept.nb.cells) || typeof kept.name !== "string") return false;
+    if (this.view.nb) return false;
     return this.open(kept.nb, kept.name, { states: new Map(kept.states || []), files: kept.files, unsaved: Boolean(kept.unsaved) });
   }
 
