@@ -255,7 +255,9 @@ def test_a_code_run_is_run_again_with_its_files(local_page: Page, tmp_path: Path
     page.type_code("print(open('data/births.csv').read().split()[-1])")
     p.locator("#run").click()
     assert page.wait_status(*FINAL) == "succeeded"
-    run_id = p.locator(".history-item").first.get_attribute("data-run-id")
+    # the run's own id (the History may list it only a moment later)
+    run_id = p.locator("#download").get_attribute("data-run-id")
+    assert run_id and run_id.startswith("run_")
     p.locator("#clear-files").click()
     page.type_code("print('something else')")
     p.locator("#run").click()

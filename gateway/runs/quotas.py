@@ -2,14 +2,17 @@
 day, runs started per rolling minute (`CpuBudget`: the tokens file's per user, else the
 operator's default), held fleet-wide through the store's usage ledger.
 
-    admit(user)        before a run is admitted: 429 `quota` with Retry-After when a CPU
-                       window is spent, or `runs_per_minute` started in the last minute
-    CpuMeter.tick(spent)  while it runs, every `TICK` seconds when its user has a CPU budget:
-                       its CPU since the last tick goes to the ledger, which answers the
-                       user's windows with it added (atomically, on any replica); a window
-                       spent stops the run (`kill_reason: cpu_quota`)
-    CpuMeter.close(...)   at its end: the rest of its CPU, the run itself and its peak memory,
-                       so that the ledger holds exactly what the records say
+    admit(user)           before a run is admitted: 429 `quota` with Retry-After while
+                          a CPU window is spent
+    count_start(user)     once every other check passed: 429 `quota` when
+                          `runs_per_minute` started in the last minute (`uncount_start`
+                          when the store refuses the run after all)
+    CpuMeter.tick(spent)  while it runs, every `TICK` seconds when its user has a CPU
+                          budget: its CPU since the last tick goes to the ledger, which
+                          answers the user's windows with it added (atomically, on any
+                          replica); a window spent stops the run (`kill_reason: cpu_quota`)
+    CpuMeter.close(...)   at its end: the rest of its CPU, the run itself and its peak
+                          memory, so that the ledger holds exactly what the records say
 
 The bound (DESIGN.md decision 26): a run is admitted only while every window has CPU left,
 and a run stops within one tick of its user's window being spent, so what a user spends is
@@ -31,7 +34,6 @@ from gateway.store.base import RecordStore, UsageRow
 
 HOUR = 60  # minutes
 DAY = 24 * 60
-WINDOWS = (HOUR, DAY)
 TICK = 0.25  # seconds between a metered run's reports to the ledger
 STOP_GRACE = 1.0  # seconds a stopped run has to end before its sandbox is killed
 FAILED_TICKS = 40  # reports in a row the ledger did not take (10 s): the run is stopped
