@@ -84,11 +84,14 @@ class JsonShape:
     width: int  # bytes per character of its widest text once decoded: 1, 2 or 4
     escaped_surrogates: bool  # `\\udXXX` escapes: parsed strings must be checked
 
-    def parsed_bytes(self) -> int:
-        """Memory parsing it takes beyond its own bytes, at most, when the parse lets go of
-        the bytes once they are decoded (`Document`): the text decoded (its width per byte),
-        and what the parsed value keeps past the bytes given back."""
-        return self.width * self.nbytes + PARSE_BYTES + max(0, self.kept_bytes() - self.nbytes)
+    def parsed_bytes(self, bytes_kept: bool = False) -> int:
+        """Memory parsing it takes beyond its own bytes, at most: the text decoded (its
+        width per byte), and what the parsed value keeps, past the bytes when the parse
+        lets go of them once they are decoded (`Document`), beside them when someone else
+        keeps them (`bytes_kept`: a WebSocket message, which tornado holds until handled)."""
+        kept = self.kept_bytes()
+        beyond = kept if bytes_kept else max(0, kept - self.nbytes)
+        return self.width * self.nbytes + PARSE_BYTES + beyond
 
     def kept_bytes(self) -> int:
         """Memory the parsed document holds, at most: every object, and its strings' text

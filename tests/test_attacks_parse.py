@@ -20,6 +20,7 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ from tests.test_attacks_front import BOB, MALLORY, MiB
 pytestmark = [pytest.mark.attack, pytest.mark.serial]  # times answers, measures memory
 
 BOB_ANSWERS = 1.0  # seconds: bob's health and his own record, whatever mallory sends
+SHARE = 96 * MiB  # mallory's share of the bodies budget (`max_body_bytes_in_flight_per_user`)
+SLACK = 32 * MiB  # what no budget counts: the allocator's arenas, threads, a scan's pieces
 MIN_PROBES = 5
 
 
@@ -199,22 +202,30 @@ def test_a_notebook_of_900000_cells_is_refused_from_its_bytes(
 ) -> None:
     """Row 4: 900,000 empty markdown cells (43 MiB) replayed over HTTP and over two
     WebSockets. Each took +1.1 GiB and 49 s, and went on after its client left; now it is a
-    413 from its bytes (`max_notebook_cells`) before it is parsed."""
+    413 from its bytes (`max_notebook_cells`) before it is parsed. Sent at once, each is
+    refused for its cells or finds no room in mallory's share of the bodies budget, and the
+    gateway holds no more than that share; then sent one at a time, each is refused for
+    its cells
+    (a message is counted at every copy tornado makes of it: before, two WebSocket replays
+    held each message as bytes, its unmasked copy and its text, uncounted, +202 MiB)."""
     notebook = notebook_of(900_000)
+    replay = post_head("/v1/notebooks/run", len(notebook))
     with gateway(backend_name, tmp_path, tokens) as server:
         record = bobs_record(server)
         with watching(server.pid, server.port, BOB, MIN_PROBES, also=record) as watch:
-            answers = in_threads(
-                (send, server.port, post_head("/v1/notebooks/run", len(notebook)), notebook),
+            at_once = in_threads(
+                (send, server.port, replay, notebook),
                 (replay_over_websocket, server.port, notebook),
                 (replay_over_websocket, server.port, notebook),
             )
-    assert b" 413 " in answers[0].split(b"\r\n")[0], answers[0][:300]
-    for events in answers[1:]:  # refused for its cells, or its bytes found no room
+        alone = [send(server.port, replay, notebook), replay_over_websocket(server.port, notebook)]
+    for answers in (alone, at_once):
+        assert b" 413 " in answers[0].split(b"\r\n")[0], answers[0][:300]
+    assert b'"payload_too_large"' in alone[1] and b"cells" in alone[1], alone[1][-500:]
+    for events in at_once[1:]:  # refused for its cells, or its bytes found no room
         refused = b'"payload_too_large"' in events and b"cells" in events
         assert refused or (events[:1] == b"\x88" and events[2:4] == TRY_AGAIN_LATER), events[-500:]
-    assert any(b'"payload_too_large"' in events for events in answers[1:]), answers[1:]
-    assert_bob_served(watch, 200 * MiB)
+    assert_bob_served(watch, SHARE + SLACK)
 
 
 def test_many_small_bodies_of_one_user_do_not_hold_the_loop(
@@ -411,3 +422,43 @@ def receive_until(sock: socket.socket, needle: bytes) -> bytes:
             break
         data += chunk
     return data
+
+
+def websocket_message(kind: str) -> bytes:
+    """16 MiB or so: a notebook of too many cells (refused by its scan: only read), or a
+    cancel of no run that is parsed (read, decoded, parsed, answered with an error) with
+    ASCII or wide text (one character past U+FFFF)."""
+    if kind == "cells":
+        return b'{"type": "notebook", "ref": 1, "notebook": ' + notebook_of(300_000) + b"}"
+    padding = "a" * (16 * MiB) + ("\U0001f600" if kind == "wide" else "")
+    return json.dumps({"type": "cancel", "ref": 1, "id": "run_none", "x": padding}).encode()
+
+
+@pytest.mark.parametrize("kind", ["cells", "ascii", "wide"])
+def test_a_websocket_message_holds_no_more_than_its_room(
+    mallorys_gateway: GatewayThread, kind: str
+) -> None:
+    """Every copy of a WebSocket message the gateway makes is counted in the bodies budget
+    while it is held: what Python allocates while a message of 16 MiB is read and unmasked
+    (and refused for its cells), or read, unmasked, decoded and parsed, never passes the
+    budget's high-water mark (`tracemalloc`). Before, tornado's read and unmasked copies
+    and the text it decoded the message to were not counted: 3 times the message (6 times
+    with one character past U+FFFF) held, once counted."""
+    server = mallorys_gateway
+    bodies = server.gateway.services.bodies  # type: ignore[union-attr]
+    frame = text_frame(websocket_message(kind))
+    with websocket(server.port, MALLORY) as sock:
+        bodies.peak = 0
+        tracemalloc.start()
+        try:
+            sock.sendall(frame)
+            answer = receive_until(sock, b'"error"')
+            _, traced_peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert b'"error"' in answer, answer[-300:]
+    if kind == "cells":
+        assert b"cells" in answer, answer[-300:]
+    assert bodies.peak >= len(frame), bodies.peak  # it was counted at all
+    assert traced_peak <= bodies.peak + MiB, (traced_peak, bodies.peak)
+    assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=10)

@@ -3,25 +3,48 @@ arrive, before tornado buffers them: a message may be as large as a request body
 user may open several connections, so each message being received takes room from the
 same budget as the request bodies (the user's share, and everyone's total).
 
-Room is taken before each read of a frame's bytes (tornado reads a frame's whole payload
-at once), grown by what parsing the message will make before it is parsed, and given back
-when the message has been handled (`StreamHandler.on_message`: also when the connection
-went away meanwhile), or when the connection is gone with no message being handled. A
-message whose bytes find no room closes its connection with 1013 ("try again later"),
-before its payload is read. The few bytes of control frames (pings, pongs) are counted
-with the next message.
+Room is taken before each read of a frame's bytes, for every copy of them tornado holds at
+once while it reads the frame's whole payload (`read_room`: about twice their number).
+Once the message is whole, the room shrinks to its bytes, which tornado keeps until the
+message has been handled. A text message reaches the handler as those bytes (`on_text`),
+never decoded by tornado: the handler decodes it as it parses it, within the room it took
+for that (`StreamHandler._parse`), so a message is never held as bytes, text and objects
+at once uncounted. The room is given back when the message has been handled
+(`StreamHandler`: also when the connection went away meanwhile), or when the connection is
+gone with no message being handled. A message whose bytes find no room closes its
+connection with 1013 ("try again later"), before its payload is read. The few bytes of
+control frames (pings, pongs) are counted with the next message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Awaitable, Hashable
+from typing import Protocol, cast
 
+from tornado.concurrent import Future
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketProtocol13
 
 from gateway.budget import ByteBudget, Hold
 
 TRY_AGAIN_LATER = 1013  # RFC 6455's registry: the server is overloaded
+
+
+def read_room(n: int) -> int:
+    """What reading `n` bytes of a frame's payload holds at most: tornado's read buffer (a
+    bytearray grown as bytes arrive, CPython's growth leaving up to an eighth more) and the
+    bytes it hands over, then those and their unmasked copy."""
+    return 2 * n + n // 8
+
+
+_TEXT = 0x1
+_BINARY = 0x2
+
+
+class TextReceiver(Protocol):
+    """A handler that takes a text message as its UTF-8 bytes."""
+
+    def on_text(self, data: bytes) -> Awaitable[None] | None: ...
 
 
 class MessageRoom:
@@ -66,8 +89,18 @@ class MeteredProtocol(WebSocketProtocol13):
     room: MessageRoom
 
     async def _read_bytes(self, n: int) -> bytes:
-        if not self.room.take(n):
+        if not self.room.take(read_room(n)):
             self.close(TRY_AGAIN_LATER, "The gateway is receiving too much; try again later.")
             self._abort()
             raise StreamClosedError()
         return await super()._read_bytes(n)
+
+    def _handle_message(self, opcode: int, data: bytes) -> Future[None] | None:
+        """A whole message: its room down to its bytes (what tornado keeps until it has been
+        handled), and a text message handed over as those bytes, not decoded."""
+        if opcode in (_TEXT, _BINARY) and not self.client_terminated:
+            self.room.shrink_to(len(data))
+        if opcode != _TEXT or self.client_terminated or self._frame_compressed:
+            return super()._handle_message(opcode, data)
+        self._message_bytes_in += len(data)
+        return self._run_callback(cast(TextReceiver, self.handler).on_text, data)

@@ -46,7 +46,7 @@ from gateway.handlers.base import BUSY_RETRY_AFTER, GatewayHandler, Services
 from gateway.handlers.metered import MessageRoom, MeteredProtocol
 from gateway.handlers.origin import origin_allowed
 from gateway.handlers.outbox import Outbox
-from gateway.jsoncodec import JsonShape, dumps_utf8, parse_json, scan
+from gateway.jsoncodec import Document, JsonShape, dumps_utf8, parse_json, scan
 from gateway.models.answers import ErrorBody
 from gateway.models.base import sent
 from gateway.models.ipynb import record_to_notebook
@@ -83,7 +83,7 @@ HOLD_BYTES = 8 * MiB
 PING_INTERVAL = 30.0
 # A message that may be a notebook replay (its key `type` is "notebook": the bytes of a
 # key cannot be inside a string, whose quotes are escaped) is held to a notebook's limits.
-_NOTEBOOK_TYPE = re.compile(r'"type"\s*:\s*"notebook"')
+_NOTEBOOK_TYPE = re.compile(rb'"type"\s*:\s*"notebook"')
 
 
 @dataclasses.dataclass
@@ -182,6 +182,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         self._connected = False
         self._handling = False  # a message is being handled: it holds its room until done
         self.room: MessageRoom | None = None  # made with the protocol, after the handshake
+        self._given: tuple[Hold, int] | None = None  # a handed-over room, and what it keeps
         self._done_lock = asyncio.Lock()  # `done` events are queued one at a time
         self.outbox = Outbox(
             self._send,
@@ -296,18 +297,33 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
 
     # --- incoming ---------------------------------------------------------------------
 
+    async def on_text(self, data: bytes) -> None:
+        """A text message as its UTF-8 bytes (`MeteredProtocol`)."""
+        await self._receive(data, binary=False)
+
     async def on_message(self, message: str | bytes) -> None:
+        """A binary message, refused (text comes to `on_text`, from `MeteredProtocol`)."""
+        if isinstance(message, bytes):
+            await self._receive(message, binary=True)
+        else:
+            await self._receive(message.encode(), binary=False)
+
+    async def _receive(self, data: bytes, binary: bool) -> None:
         """One message, handled before the next is read; its bytes stay counted in the
         bodies budget until then."""
         self._handling = True
         try:
-            await self._handle(message)
+            await self._handle(data, binary)
         finally:
             self._handling = False
+            if self._given is not None:  # its run holds on, but tornado lets go of the bytes
+                hold, kept = self._given
+                hold.shrink_to(kept)
+                self._given = None
             if self.room is not None:
                 self.room.release()
 
-    async def _handle(self, message: str | bytes) -> None:
+    async def _handle(self, message: bytes, binary: bool) -> None:
         # Not reading on while answers pile up is the backpressure on a non-reading client.
         await self.outbox.wait_for_room()
         if not self._connected:
@@ -316,7 +332,7 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         ref: Any = None
         run_id: str | None = None
         try:
-            if isinstance(message, bytes):
+            if binary:
                 raise InvalidRequest("Send JSON messages as text frames, not binary ones.")
             data, shape = await self._parse(message)
             if not isinstance(data, dict):
@@ -352,17 +368,19 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
                 )
             )
 
-    async def _parse(self, message: str) -> tuple[Any, JsonShape]:
+    async def _parse(self, message: bytes) -> tuple[Any, JsonShape]:
         """A message decoded within its limits (a notebook's when it may be one), its room
-        in the bodies budget grown by what the parse makes before it is parsed."""
+        in the bodies budget grown by what the parse makes before it is parsed: the text
+        and the objects, beside the bytes tornado keeps until the message is handled."""
         notebook = _NOTEBOOK_TYPE.search(message) is not None
         limits = self.policy.json_limits(notebook=notebook)
         what = "The message"
         shape = await self.heavy(len(message) <= SMALL, scan, message, limits, what)
-        self._take_room(shape.parsed_bytes())
-        data = await self.heavy(shape.small, parse_json, message, limits, what, shape)
-        if self.room is not None:  # parsed: down to what the parsed value keeps
-            self.room.shrink_to(shape.kept_bytes())
+        self._take_room(shape.parsed_bytes(bytes_kept=True))
+        document = Document(message)  # decoded as strictly as a request body
+        data = await self.heavy(shape.small, parse_json, document, limits, what, shape)
+        if self.room is not None:  # parsed: down to what the parsed value keeps, and the bytes
+            self.room.shrink_to(shape.kept_bytes() + shape.nbytes)
         return data, shape
 
     def _take_room(self, nbytes: int) -> None:
@@ -407,11 +425,15 @@ class StreamHandler(GatewayHandler, tornado.websocket.WebSocketHandler):
         await self._begin(run, self.services.runs.submit_notebook(request, held))
 
     def _hand_over(self, shape: JsonShape) -> Hold | None:
-        """The message's room, down to what its parsed value keeps, for its run to hold."""
+        """The message's room, for its run to hold: what its parsed value keeps, and its
+        bytes until the message has been handled (then tornado lets go of them)."""
         if self.room is None:
             return None
-        self.room.shrink_to(shape.kept_bytes())
-        return self.room.hand_over()
+        self.room.shrink_to(shape.kept_bytes() + shape.nbytes)
+        hold = self.room.hand_over()
+        if hold is not None:
+            self._given = (hold, shape.kept_bytes())
+        return hold
 
     async def _begin(self, run: _Run, submitting: Awaitable[ActiveRun]) -> None:
         ref = run.ref
