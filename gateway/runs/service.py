@@ -1,6 +1,7 @@
 """`RunService`: admits runs and notebook replays (capacity, queue, per-user limits),
 executes them as tasks, keeps their records in the store, cancels them, and drains on
-shutdown."""
+shutdown. On a store that queues (PostgreSQL), a background run that finds no free slot
+here waits in the store's queue for the first replica with one (`gateway.runs.claims`)."""
 
 from __future__ import annotations
 
@@ -38,13 +39,15 @@ from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.attach import archive_files, check_archive, given_upload, keep_given
 from gateway.runs.bounds import bound_record
+from gateway.runs.carried import carried, carry, unpack
+from gateway.runs.claims import Claims
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.lineage import Lineage, say_gone
 from gateway.runs.quotas import FAILED_TICKS, STOP_GRACE, TICK, CpuMeter, Quotas
 from gateway.runs.slots import RunSlots
 from gateway.runs.snapshots import Snapshot, Snapshots
 from gateway.sandbox.base import SandboxBackend, SandboxSpec
-from gateway.store.base import UNFINISHED, RecordStore
+from gateway.store.base import UNFINISHED, Claimed, QueueFull, RecordStore
 from gateway.uploads.service import UploadService
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -75,6 +78,7 @@ class ActiveRun:
     # the request's room in the bodies budget (its files and code are held until the run
     # ends, also after a background run's 202): released once the record is final
     held: Hold | None = None
+    slotted: bool = False  # it holds a run slot from its admission (or claim) on
 
 
 class RunService:
@@ -103,10 +107,15 @@ class RunService:
             config.snapshots(), self._continuation, store.replica, self._snapshot_went
         )
         self._slots = RunSlots(config.max_concurrent_runs, per_user=config.slots_per_user())
+        self.claims = Claims(store, self._slots, self.adopt)
         self._draining = False
         self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
         store.on_cancel = self.cancel_here
-        metrics.gauge("gateway_queue_length", "Runs waiting for a slot.", lambda: self.queued)
+        metrics.gauge(
+            "gateway_queue_length",
+            "Runs waiting for a slot: here, and those this replica queued in the store.",
+            lambda: self.queued,
+        )
         metrics.gauge("gateway_runs_running", "Runs executing now.", lambda: self.running)
         metrics.gauge("gateway_kernels_pooled", "Ready kernels in the pools.", self._pooled)
 
@@ -141,6 +150,7 @@ class RunService:
         """Start filling the pools (the gateway calls this once it is up)."""
         self.pools.start()
         self.snapshots.start()
+        self.claims.start()
 
     @property
     def settled(self) -> bool:
@@ -150,7 +160,7 @@ class RunService:
 
     @property
     def queued(self) -> int:
-        return len(self.active) - self.running
+        return len(self.active) - self.running + self.claims.waiting_here
 
     @property
     def running(self) -> int:
@@ -195,6 +205,20 @@ class RunService:
             )
             return await self._continuing(record, program, request, held)
 
+    def adopt(self, claimed: Claimed) -> None:
+        """Run a run claimed from the store's queue (`gateway.runs.claims`): it holds the
+        slot reserved for it, and its lease is this replica's from the claim on."""
+        record = claimed.record
+        if claimed.origin != self.store.replica:
+            record.notes.append(
+                f"Queued by gateway replica {claimed.origin}; run by gateway replica "
+                f"{self.store.replica}, which had a free slot first."
+            )
+        active = ActiveRun(record=record, stored=True, slotted=True)
+        self.active[record.id] = active
+        self._publish_leases()
+        active.task = asyncio.create_task(self._run(active, claimed.request))
+
     async def _given(self, program: Program, request: RunRequest | NotebookRequest) -> Program:
         """`files_from`: the upload that keeps that run's files, checked now (404, 410)."""
         if request.files_from is None:
@@ -212,7 +236,7 @@ class RunService:
     ) -> ActiveRun:
         """Start a run or replay, with what `keep` and `from` ask of snapshots."""
         if not (request.keep or request.continue_from):
-            return await self._start(record, program, held)
+            return await self._start(record, program, held, request=request)
         if request.keep:
             self._check_snapshots(request.language, "keep")
         source = None
@@ -314,6 +338,7 @@ class RunService:
         program: Program,
         held: Hold | None,
         source: Snapshot | None = None,
+        request: RunRequest | NotebookRequest | None = None,
     ) -> ActiveRun:
         admitted = False
         try:
@@ -322,30 +347,74 @@ class RunService:
             # a start counts against `runs_per_minute` once every check of this gateway's
             # passed; undone when the store refuses it
             counted = await self.quotas.count_start(record.user)
-            active = ActiveRun(record=record, held=held, source=source)
+            slotted = self._slots.take(record.user)  # a free slot: it runs here
+            queue = isinstance(request, RunRequest) and carried(request, program)
+            if not slotted and self.claims.on and queue:
+                assert isinstance(request, RunRequest)
+                # its room in the bodies budget is given back (`finally`): the store has it
+                return await self._queue(record, request, program, counted)
+            active = ActiveRun(record=record, held=held, source=source, slotted=slotted)
             self.active[record.id] = active  # holds its place in this gateway's capacity
             try:
                 mine = await self.store.admit(record, self.config.max_runs_per_user)
             except BaseException:
                 del self.active[record.id]
+                self._give_back(active)
                 await self.quotas.uncount_start(record.user, counted)
                 raise
             active.stored = mine is None
             self._publish_leases()
             if mine is not None:
                 del self.active[record.id]
+                self._give_back(active)
                 await self.quotas.uncount_start(record.user, counted)
-                raise RateLimited(
-                    f"You already have {mine} runs in progress; the limit is "
-                    f"{self.config.max_runs_per_user}.",
-                    retry_after=self._retry,
-                )
+                raise self._over_limit(mine)
             active.task = asyncio.create_task(self._run(active, program))
             admitted = True
             return active
         finally:
             if not admitted and held is not None:
                 held.release()
+
+    def _give_back(self, active: ActiveRun) -> None:
+        """The slot a run took at its admission, if the store then refused it."""
+        if active.slotted:
+            active.slotted = False
+            self._slots.release(active.record.user)
+
+    def _over_limit(self, mine: int) -> RateLimited:
+        return RateLimited(
+            f"You already have {mine} runs in progress; the limit is "
+            f"{self.config.max_runs_per_user}.",
+            retry_after=self._retry,
+        )
+
+    async def _queue(
+        self, record: RunRecord, request: RunRequest, program: Program, counted: float | None
+    ) -> ActiveRun:
+        """Admit a background run into the store's queue, for the first replica with a free
+        slot (this one too); nothing of it stays here. 429 when its user is at their limit
+        or this replica has `max_queued_runs` waiting there already."""
+        text = await carry(request, program)
+        mine: int | None = None
+        try:
+            mine = await self.store.enqueue(
+                record, self.config.max_runs_per_user, text, self.config.max_queued_runs
+            )
+        except QueueFull:
+            await self.quotas.uncount_start(record.user, counted)
+            raise RateLimited(
+                "Every run slot is busy and the queue is full; try again shortly.",
+                retry_after=self._retry,
+            ) from None
+        except BaseException:
+            await self.quotas.uncount_start(record.user, counted)
+            raise
+        if mine is not None:
+            await self.quotas.uncount_start(record.user, counted)
+            raise self._over_limit(mine)
+        self.claims.queued()
+        return ActiveRun(record=record)
 
     async def run(self, request: RunRequest, held: Hold | None = None) -> RunRecord:
         """Run and wait for the final record. Raises the GatewayError that stopped it before
@@ -363,17 +432,25 @@ class RunService:
             raise active.error
         return record
 
-    async def _run(self, active: ActiveRun, program: Program) -> RunRecord:
+    async def _run(self, active: ActiveRun, program: Program | str) -> RunRecord:
         """The run's task: a slot, then the execution; the record is final on every way out
-        (the record's own methods move its status: `gateway.models.record`)."""
+        (the record's own methods move its status: `gateway.models.record`). A run claimed
+        from the store's queue holds its slot already, and its program is still the
+        request's text (`gateway.runs.carried`)."""
         record = active.record
         started = time.monotonic()
         meter = self.quotas.meter(record.user)
         try:
-            if not await self._slots.acquire(record.user, active.cancel):
+            if active.slotted and active.cancel.is_set():  # before its task began
+                self._slots.release(record.user)
+                record.cancel_unstarted("The run was cancelled before it started.")
+                return record
+            if not active.slotted and not await self._slots.acquire(record.user, active.cancel):
                 record.cancel_unstarted("The run was cancelled before it started.")
                 return record
             try:
+                if isinstance(program, str):
+                    program = await unpack(program)
                 record.start()
                 record.notes.extend(program.notes)
                 await self.store.update(record)  # it holds a slot: so other replicas see it
@@ -577,8 +654,13 @@ class RunService:
         if active is None or active.task is None:
             if record.status not in UNFINISHED:
                 return record  # already final: cancelling is a no-op
-            # Another replica runs it: ask that one, and wait (bounded) for its answer.
             note = f"Cancelled through gateway replica {self.store.replica}."
+            unqueued = await self.store.unqueue(run_id, note)  # still in the store's queue
+            if unqueued is not None:
+                self.metrics.run_finished(unqueued.status, unqueued.language, 0.0)
+                self.claims.wake()  # the queue gauge counts it no more
+                return unqueued
+            # Another replica runs it: ask that one, and wait (bounded) for its answer.
             if not await self.store.request_cancel(run_id, note):
                 return await self.get(run_id, user, admin)
             final = await self.store.wait_final(run_id, CANCEL_WAIT)
@@ -612,6 +694,7 @@ class RunService:
         """Refuse new runs, let running ones finish (bounded), cancel what is left, then
         destroy the pools' kernels and wait for every sandbox still being destroyed."""
         self._draining = True
+        await self.claims.stop()  # what is still queued in the store waits for another replica
         tasks = [a.task for a in self.active.values() if a.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.config.drain_timeout)

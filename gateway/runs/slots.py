@@ -15,6 +15,13 @@ A run waits in `acquire` until it holds a slot (True) or its `cancel` is set fir
 (False, and it holds none); it gives its slot back with `release` exactly once. A slot is
 handed to a waiter when it is granted, not when the waiter wakes up, so no one can take
 it in between; a waiter cancelled after its grant gives it straight back.
+
+Runs that wait in the store's queue instead (background runs, on a shared store:
+`gateway/runs/claims.py`) come in through free slots only, after every waiter here: a run
+admitted here takes a free slot at once (`take`); the claims loop `reserve`s a free slot
+(no waiter may then be granted it), asks the store for a run, then `assign`s the slot to
+that run's user or gives it back (`unreserve`). `on_free` is called whenever a slot is
+left free after the waiters here had theirs.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import asyncio
 import collections
 import dataclasses
 import itertools
+from collections.abc import Callable, Mapping
 
 
 @dataclasses.dataclass
@@ -41,6 +49,8 @@ class RunSlots:
         self._held: collections.Counter[str] = collections.Counter()
         self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
+        self._reserved = 0  # free slots promised to a claim of the store's queue
+        self.on_free: Callable[[], None] | None = None
 
     @property
     def running(self) -> int:
@@ -54,6 +64,46 @@ class RunSlots:
 
     def held_by(self, user: str) -> int:
         return self._held[user]
+
+    @property
+    def held(self) -> Mapping[str, int]:
+        """Slots held now, by user (a copy)."""
+        return dict(self._held)
+
+    @property
+    def free(self) -> int:
+        """Slots neither held nor reserved."""
+        return self.total - self.running - self._reserved
+
+    def take(self, user: str) -> bool:
+        """A free slot for `user` now, if one is free and they are below their share (no
+        waiter here could have it: `_grant` already gave free slots to those eligible)."""
+        if self.free <= 0 or self._held[user] >= self.per_user:
+            return False
+        self._held[user] += 1
+        return True
+
+    def reserve(self) -> bool:
+        """Promise a free slot to a claim of the store's queue; False when none is free."""
+        if self.free <= 0:
+            return False
+        self._reserved += 1
+        return True
+
+    def assign(self, user: str) -> None:
+        """The reserved slot is `user`'s now (the claimed run's)."""
+        self._unreserve()
+        self._held[user] += 1
+
+    def unreserve(self) -> None:
+        """The claim found nothing: the reserved slot is free again."""
+        self._unreserve()
+        self._grant(claims=False)  # not the claims loop again: it just found nothing
+
+    def _unreserve(self) -> None:
+        if self._reserved <= 0:
+            raise RuntimeError("no run slot is reserved")
+        self._reserved -= 1
 
     async def acquire(self, user: str, cancel: asyncio.Event) -> bool:
         """Wait for a slot for `user`: True once held, False (none held) on cancel."""
@@ -94,11 +144,14 @@ class RunSlots:
             del self._held[user]
         self._grant()
 
-    def _grant(self) -> None:
-        """Hand free slots to waiters: the user holding fewest first, then arrival."""
-        while self.running < self.total:
+    def _grant(self, claims: bool = True) -> None:
+        """Hand free slots to waiters: the user holding fewest first, then arrival; a slot
+        still free after them is the store queue's (`on_free`, unless not `claims`)."""
+        while self.free > 0:
             eligible = [w for w in self._waiting if self._held[w.user] < self.per_user]
             if not eligible:
+                if claims and self.on_free is not None:
+                    self.on_free()
                 return
             chosen = min(eligible, key=lambda w: (self._held[w.user], w.order))
             self._waiting.remove(chosen)

@@ -21,6 +21,11 @@ Who calls what, in order:
                          renew(run_ids) every beat: this replica's leases, and the cancel
                          requests it may have missed; fail_expired(note) fails the runs of
                          replicas whose lease ran out
+    the claims loop      (stores that queue: `queues`) enqueue(record, limit, request, cap)
+                         admits a background run no slot of this replica could take, with
+                         its request, into the store's queue; claim(...) takes the oldest
+                         one a free slot here may run (`gateway/runs/claims.py`);
+                         unqueue(run_id, note) cancels one still queued
     the expiry loop      expire(ttl)
     /v1/health           answers(timeout) -> ping(), on a connection of its own
     Gateway.stop         close()
@@ -29,7 +34,8 @@ Uploads are kept where `upload_shelf()` says: files under the data dir beside SQ
 table of the PostgreSQL store (visible from every replica).
 
 `on_cancel` (set by the run service before `open`) is called with (run_id, note) when
-another replica asks this one to cancel a run it owns. Times that decide anything between
+another replica asks this one to cancel a run it owns; `on_queued` (set by the claims loop)
+when any replica put a run in the store's queue. Times that decide anything between
 replicas (leases, record ages) are the database's clock, never a replica's.
 """
 
@@ -39,7 +45,7 @@ import abc
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gateway.budget import Quota
@@ -122,11 +128,26 @@ USAGE_KEPT_MINUTES = 35 * 24 * 60  # a user's usage is kept this long (GET /v1/u
 START_WINDOW = 60.0  # seconds: runs started are counted over the last minute
 
 
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """A run taken from the store's queue: its record (now this replica's, leased), the
+    request as it was queued (`gateway.runs.carried`), and the replica that queued it."""
+
+    record: RunRecord
+    request: str
+    origin: str
+
+
+class QueueFull(Exception):
+    """This replica already has its `max_queued_runs` waiting in the store's queue."""
+
+
 class InvalidPosition(ValueError):
     """A `RunQuery.after` this store cannot have written."""
 
 
 CancelHandler = Callable[[str, str], None]
+QueuedHandler = Callable[[], None]
 
 
 class LeaseLink(abc.ABC):
@@ -159,10 +180,14 @@ class RecordStore(abc.ABC):
 
     kind: str  # "sqlite" or "postgresql", as /v1/health reports it
     shared: bool  # may other replicas use it (then leases and remote cancels matter)
+    # does it keep a queue of runs any replica may take (`enqueue`, `claim`)? A store of one
+    # gateway has no other replica to take them: its runs wait in the run service's own queue
+    queues: bool = False
 
     def __init__(self, replica: str) -> None:
         self.replica = replica  # this gateway's instance id: it owns the runs it executes
         self.on_cancel: CancelHandler | None = None
+        self.on_queued: QueuedHandler | None = None
         self._late_ping: asyncio.Future[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -313,6 +338,30 @@ class RecordStore(abc.ABC):
         missing). A store of one gateway has no other replica to ask."""
         record = await self.get(run_id)
         return record is not None and record.status in UNFINISHED
+
+    # --- the queue of runs any replica may take (`queues`) ---------------------------------
+
+    async def enqueue(self, record: RunRecord, limit: int, request: str, cap: int) -> int | None:
+        """As `admit`, and put the run in the store's queue with its `request` (unleased: no
+        replica runs it yet). Raises `QueueFull` when this replica already has `cap` runs
+        waiting there."""
+        raise NotImplementedError(f"the {self.kind} store keeps no queue of runs")
+
+    async def claim(self, held: Mapping[str, int], share: int) -> Claimed | None:
+        """Take the oldest queued run that a free slot here may run: of a user holding fewer
+        than `share` of this replica's slots (`held`: by user), the user holding fewest
+        first; at most once, whichever replicas claim at the same time. Its record is then
+        this replica's, leased. None when no such run waits."""
+        return None
+
+    async def queued_from(self) -> int:
+        """How many runs this replica queued that still wait in the store's queue."""
+        return 0
+
+    async def unqueue(self, run_id: str, note: str) -> RunRecord | None:
+        """Cancel a run still waiting in the store's queue (`note` added to its record):
+        its final record, or None when it is not there (never queued, or claimed)."""
+        return None
 
     async def wait_final(self, run_id: str, timeout: float) -> RunRecord | None:
         """The run's record once it is final, or as it is after `timeout` seconds."""

@@ -16,6 +16,11 @@
   the owner LISTENs on a connection of its own and cancels the run at once. A notification
   missed while that connection was down is found by the next heartbeat (`renew` returns
   the rows whose `cancel_note` is set).
+- A background run that finds every slot of its replica busy waits in `queued_runs` with its
+  request, unleased, for whichever replica has a slot free first (`claim`: the oldest rows,
+  `FOR UPDATE SKIP LOCKED`, so each is taken once however many replicas claim at once; the
+  claimer deletes the row and takes the run's lease in one transaction). `NOTIFY
+  gateway_queue` wakes every replica's claims loop when one is queued.
 - The per-user limits are decided in the database: admission counts the user's unfinished
   runs and inserts under a transaction-scoped advisory lock per user, so two replicas
   admitting at once cannot both take the last place.
@@ -33,7 +38,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import psycopg
@@ -45,9 +50,11 @@ from gateway.models.record import RunRecord
 from gateway.store.base import (
     START_WINDOW,
     USAGE_KEPT_MINUTES,
+    Claimed,
     Finished,
     InvalidPosition,
     Listed,
+    QueueFull,
     RecordStore,
     Renewal,
     RunQuery,
@@ -77,6 +84,9 @@ from gateway.uploads.shelf import UploadShelf
 log = logging.getLogger(__name__)
 
 CHANNEL = "gateway_cancel"
+QUEUED = "gateway_queue"  # a run was queued: free slots anywhere may claim it
+QUEUE_LOCK = 4  # on a replica's share of the queue (beside postgres_connection's kinds)
+CLAIM_WINDOW = 8  # the oldest queued runs a claim chooses from (by the users' slots held)
 
 
 def redact(dsn: str) -> dict[str, str]:
@@ -88,6 +98,7 @@ def redact(dsn: str) -> dict[str, str]:
 class PostgresStore(RecordStore):
     kind = "postgresql"
     shared = True
+    queues = True
 
     def __init__(
         self,
@@ -226,6 +237,104 @@ class PostgresStore(RecordStore):
                 ),
             )
         return None
+
+    # --- the queue of runs any replica may take ----------------------------------------
+
+    async def enqueue(self, record: RunRecord, limit: int, request: str, cap: int) -> int | None:
+        payload = await dump(record)
+        async with self.connection() as conn:
+            await lock_user(conn, RUNS_LOCK, record.user)
+            cursor = await conn.execute(
+                "SELECT count(*) FROM runs WHERE owner = %s AND status IN ('queued', 'running')",
+                (record.user,),
+            )
+            mine = int((await _one(cursor))[0])
+            if mine >= limit:
+                return mine
+            await lock_user(conn, QUEUE_LOCK, self.replica)
+            cursor = await conn.execute(
+                "SELECT count(*) FROM queued_runs WHERE origin = %s", (self.replica,)
+            )
+            if int((await _one(cursor))[0]) >= cap:
+                raise QueueFull(self.replica)
+            await conn.execute(
+                "INSERT INTO runs (id, owner, status, record, size, replica, language, summary) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    record.id,
+                    record.user,
+                    record.status,
+                    payload,
+                    len(payload),
+                    self.replica,
+                    record.language,
+                    summary(record),
+                ),
+            )
+            await conn.execute(
+                "INSERT INTO queued_runs (id, owner, origin, request, size) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (record.id, record.user, self.replica, request, len(request)),
+            )
+            await conn.execute("SELECT pg_notify(%s, '')", (QUEUED,))  # on commit
+        return None
+
+    async def claim(self, held: Mapping[str, int], share: int) -> Claimed | None:
+        full = [user for user, count in held.items() if count >= share]
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT id, owner FROM queued_runs WHERE owner <> ALL(%s::text[]) "
+                "ORDER BY queued, id LIMIT %s FOR UPDATE SKIP LOCKED",
+                (full, CLAIM_WINDOW),
+            )
+            rows = await cursor.fetchall()
+            if not rows:
+                return None
+            # the user holding fewest slots here first, then the oldest (rows are in order)
+            run_id = min(rows, key=lambda row: held.get(str(row[1]), 0))[0]
+            cursor = await conn.execute(
+                "DELETE FROM queued_runs WHERE id = %s RETURNING origin, request", (run_id,)
+            )
+            origin, request = await _one(cursor)
+            cursor = await conn.execute(
+                "UPDATE runs SET replica = %s, lease_until = now() + make_interval(secs => %s) "
+                "WHERE id = %s AND status = 'queued' RETURNING record",
+                (self.replica, self.lease, run_id),
+            )
+            row = await cursor.fetchone()
+        if row is None:  # not queued any more (never so: a cancel takes the row with it)
+            log.warning("store: the queued run %s had no queued record; dropped", run_id)
+            return None
+        return Claimed(await load(row[0]), str(request), str(origin))
+
+    async def queued_from(self) -> int:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM queued_runs WHERE origin = %s", (self.replica,)
+            )
+            return int((await _one(cursor))[0])
+
+    async def unqueue(self, run_id: str, note: str) -> RunRecord | None:
+        async with self.connection() as conn:
+            # waits for a claim that holds the row, and then finds it gone
+            cursor = await conn.execute(
+                "DELETE FROM queued_runs WHERE id = %s RETURNING id", (run_id,)
+            )
+            if await cursor.fetchone() is None:
+                return None
+            cursor = await conn.execute(
+                "SELECT record FROM runs WHERE id = %s FOR UPDATE", (run_id,)
+            )
+            record = await load((await _one(cursor))[0])
+            record.cancel_unstarted("The run was cancelled before it started.")
+            record.notes.append(note)
+            payload = await dump(record)
+            await conn.execute(
+                "UPDATE runs SET status = %s, record = %s, size = %s, summary = %s, "
+                "lease_until = NULL WHERE id = %s",
+                (record.status, payload, len(payload), summary(record), run_id),
+            )
+        return record
 
     async def update(self, record: RunRecord) -> bool:
         payload = await dump(record)
@@ -380,7 +489,9 @@ class PostgresStore(RecordStore):
         async with self.connection() as conn:
             cursor = await conn.execute(
                 "SELECT id, replica, record FROM runs "
-                "WHERE replica = %s AND status IN ('queued', 'running') FOR UPDATE SKIP LOCKED",
+                "WHERE replica = %s AND status IN ('queued', 'running') "
+                "AND NOT EXISTS (SELECT 1 FROM queued_runs q WHERE q.id = runs.id) "
+                "FOR UPDATE SKIP LOCKED",
                 (self.replica,),
             )
             return await fail_rows(conn, await cursor.fetchall(), note)
@@ -416,8 +527,9 @@ class PostgresStore(RecordStore):
         return True
 
     async def _listen(self) -> None:
-        """Hear cancel requests for this replica's runs, on a connection of its own; after a
-        lost connection, connect again (the heartbeat covers the gap)."""
+        """Hear cancel requests for this replica's runs, and runs queued by any replica, on a
+        connection of its own; after a lost connection, connect again (the heartbeat covers
+        the gap for cancels, the claims loop's polling for queued runs)."""
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -425,9 +537,14 @@ class PostgresStore(RecordStore):
                 )
                 async with conn:
                     await conn.execute("LISTEN gateway_cancel")
+                    await conn.execute("LISTEN gateway_queue")
                     self.listening.set()
                     async for notify in conn.notifies():
-                        self._heard(notify.payload)
+                        if notify.channel == QUEUED:
+                            if self.on_queued is not None:
+                                self.on_queued()
+                        else:
+                            self._heard(notify.payload)
             except (psycopg.Error, OSError) as exc:
                 log.warning("store: the cancel listener lost its connection: %s", exc)
             except Exception:  # never end: cancels would then wait for the heartbeat
