@@ -13,6 +13,8 @@
 #              most tests wait on kernels, containers and timeouts, not on the CPU;
 #   3. serial  the tests that time another user's answers or measure a gateway's memory,
 #              one at a time, with nothing else running beside them.
+# Not in any tier: the Swarm stack's test (marker `stack`, tests/test_stack.py), which makes
+# this engine a swarm for a few minutes; CI runs it once, on its own (`scripts/test.sh -m stack`).
 # With arguments, one pytest run with exactly those (e.g. `scripts/test.sh -m attack`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +38,7 @@ tier() {
 tier "1: fast"
 "${pytest[@]}" -m fast -x -q
 tier "2: the rest, ${GATEWAY_TEST_WORKERS:-2} at once"
-"${pytest[@]}" -m "not fast and not serial" -q -n "${GATEWAY_TEST_WORKERS:-2}" --dist loadfile
+"${pytest[@]}" -m "not fast and not serial and not stack" -q -n "${GATEWAY_TEST_WORKERS:-2}" --dist loadfile
 tier "3: serial"
 "${pytest[@]}" -m "serial and not fast" -q
 tier "done"
