@@ -462,3 +462,28 @@ def test_a_websocket_message_holds_no_more_than_its_room(
     assert bodies.peak >= len(frame), bodies.peak  # it was counted at all
     assert traced_peak <= bodies.peak + MiB, (traced_peak, bodies.peak)
     assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=10)
+
+
+def test_a_users_one_large_message_finds_room_beside_their_idle_connections(
+    mallorys_gateway: GatewayThread,
+) -> None:
+    """A message is counted at every copy (about three times its bytes while parsed), past
+    mallory's share: it may take that room only as all she holds (a body alone may pass
+    the share). Her other connection, idle and pinging, holds nothing, so her one 46 MiB
+    message is read and parsed (an error event: it cancels no run), not refused."""
+    server = mallorys_gateway
+    bodies = server.gateway.services.bodies  # type: ignore[union-attr]
+    padding = "a" * (46 * MiB)
+    message = json.dumps({"type": "cancel", "ref": 1, "id": "run_none", "x": padding}).encode()
+    del padding
+    ping = bytes([0x89, 0x80 | 125]) + b"\0\0\0\0" + b"p" * 125
+    with websocket(server.port, MALLORY) as idle, websocket(server.port, MALLORY) as sock:
+        for _ in range(50):
+            idle.sendall(ping)
+        assert receive_until(idle, b"p" * 125)  # its pongs: the pings were read
+        assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=10)
+        sock.sendall(text_frame(message))
+        answer = receive_until(sock, b'"error"')
+    assert b'"invalid_request"' not in answer and b'"error"' in answer, answer[-300:]
+    assert b"run_none" in answer or b"not_found" in answer, answer[-300:]
+    assert wait_for(lambda: bodies.held_by("mallory") == 0, timeout=10)

@@ -13,7 +13,8 @@ at once uncounted. The room is given back when the message has been handled
 (`StreamHandler`: also when the connection went away meanwhile), or when the connection is
 gone with no message being handled. A message whose bytes find no room closes its
 connection with 1013 ("try again later"), before its payload is read. The few bytes of
-control frames (pings, pongs) are counted with the next message.
+a frame's header, and of a control frame between messages (a ping, a pong: at most 125),
+are not counted; every read of a fragmented message is.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def read_room(n: int) -> int:
 
 _TEXT = 0x1
 _BINARY = 0x2
+_CONTROL = 0x8  # and above: close, ping, pong
+UNCOUNTED_READ = 125  # a control frame's largest payload (RFC 6455), and any header
 
 
 class TextReceiver(Protocol):
@@ -89,6 +92,13 @@ class MeteredProtocol(WebSocketProtocol13):
     room: MessageRoom
 
     async def _read_bytes(self, n: int) -> bytes:
+        # A frame's header (2, 4 or 8 bytes at a time), and a control frame's payload, are
+        # not counted between messages: an idle connection holds no room (which would
+        # deny a user's one large message the room a body alone may take), and pings do
+        # not pile up phantom room. Within a fragmented message every read counts.
+        between_messages = self._fragmented_message_buffer is None
+        if between_messages and n <= UNCOUNTED_READ:
+            return await super()._read_bytes(n)
         if not self.room.take(read_room(n)):
             self.close(TRY_AGAIN_LATER, "The gateway is receiving too much; try again later.")
             self._abort()
@@ -100,6 +110,8 @@ class MeteredProtocol(WebSocketProtocol13):
         handled), and a text message handed over as those bytes, not decoded."""
         if opcode in (_TEXT, _BINARY) and not self.client_terminated:
             self.room.shrink_to(len(data))
+        elif opcode >= _CONTROL and self._fragmented_message_buffer is None:
+            self.room.release()  # a ping, pong or close between messages: nothing held
         if opcode != _TEXT or self.client_terminated or self._frame_compressed:
             return super()._handle_message(opcode, data)
         self._message_bytes_in += len(data)
