@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -28,11 +30,12 @@ import pytest
 from gateway.execution.program import from_run
 from gateway.models.record import RunRecord
 from gateway.models.request import RunRequest, StagedFile
-from gateway.runs.carried import carried, carry, unpack
+from gateway.runs.carried import VERSION, NotCarried, carried, carry, unpack
 from gateway.store.base import QueueFull, RecordStore
 from gateway.store.postgres import PostgresStore
 from tests import census
 from tests.support import Client, GatewayProcess, wait_for
+from tests.ws_client import open_stream, receive
 
 LEASE = 2.0  # seconds: a dead replica's running runs are failed a few seconds after it died
 LONG = "import time; time.sleep(600)"
@@ -134,6 +137,56 @@ def test_a_queued_run_counts_against_limits_and_is_no_lease_to_fail(postgres_dsn
 
 
 @pytest.mark.fast
+def test_a_replica_claims_only_the_request_forms_it_reads(postgres_dsn: str) -> None:
+    """A run queued in a newer form (a newer replica's, mid rolling update) is left to the
+    replicas that read it; the older forms are claimed."""
+
+    async def main(a: RecordStore, b: RecordStore) -> None:
+        assert await a.enqueue(record("run_new"), 9, "r", 9, version=VERSION + 1) is None
+        assert await a.enqueue(record("run_now"), 9, "r", 9, version=VERSION) is None
+        first = await b.claim({}, 5, VERSION)
+        assert first is not None and first.record.id == "run_now"
+        assert await b.claim({}, 5, VERSION) is None
+        newer = await b.claim({}, 5, VERSION + 1)
+        assert newer is not None and newer.record.id == "run_new"
+
+    store_run(main, PostgresStore(postgres_dsn, "a"), PostgresStore(postgres_dsn, "b"))
+
+
+# What a carried request holds, in the form `VERSION` names. A change here changes the form:
+# give the new field a default, bump `carried.VERSION`, and write the new set here.
+CARRIED_FIELDS = {
+    1: {
+        "language", "code", "entrypoint", "timeout", "files", "archive", "vars", "env",
+        "return_files", "background", "network", "working_dir", "user", "notes", "keep",
+        "continue_from", "rebuild", "files_from", "keep_files", "memory_bytes",
+    },
+}  # fmt: skip
+
+
+@pytest.mark.fast
+def test_the_carried_form_changes_only_with_its_version() -> None:
+    fields = {f.name for f in dataclasses.fields(RunRequest)}
+    assert fields == CARRIED_FIELDS[VERSION], (
+        "RunRequest's fields changed: bump gateway/runs/carried.py's VERSION "
+        f"(added {fields - CARRIED_FIELDS[VERSION]}, gone {CARRIED_FIELDS[VERSION] - fields})"
+    )
+
+
+@pytest.mark.fast
+def test_an_older_form_is_read_with_the_defaults_of_what_it_lacks() -> None:
+    request = RunRequest(language="python", code="print(1)", background=True, keep_files=True)
+    program = from_run(request)
+    text = json.loads(asyncio.run(carry(request, program)))
+    del text["request"]["keep_files"]  # a field an older form did not have
+    back = asyncio.run(unpack(json.dumps(text)))
+    assert back == from_run(dataclasses.replace(request, keep_files=False))
+    text["version"] = VERSION + 1  # a newer form is not read (never claimed: above)
+    with pytest.raises(NotCarried):
+        asyncio.run(unpack(json.dumps(text)))
+
+
+@pytest.mark.fast
 def test_a_request_carried_by_the_queue_is_the_program_admitted() -> None:
     request = RunRequest(
         language="python",
@@ -212,6 +265,37 @@ def test_an_idle_replica_runs_the_runs_a_busy_one_queued(replicas: list[GatewayP
         assert done["result"] == n * 7 and ran_by(done, b), done
     assert status_of(a.client, busy) == "running"  # a's slot was never free meanwhile
     assert record_of(b.client, busy)["status"] == "running"
+
+
+def test_a_websocket_run_waits_for_its_client_even_when_it_asks_for_the_background(
+    replicas: list[GatewayProcess],
+) -> None:
+    """`background` has no effect on a WebSocket run (API.md): it is never carried to the
+    store's queue, where its events would reach no one. It waits for a's slot, then streams
+    its output and `done` to its client."""
+    a, b = replicas
+    busy = submit(a.client, LONG)
+    assert wait_for(lambda: status_of(a.client, busy) == "running", timeout=60)
+
+    async def stream() -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        async with open_stream(a.port) as ws:
+            message = {"type": "run", "ref": "r", "code": "print('here')", "background": True}
+            await ws.write_message(json.dumps(message))
+            events.append(await receive(ws))  # accepted
+            await asyncio.sleep(3)  # b is idle all along: it must not take this run
+            assert a.client.request("DELETE", f"/v1/runs/{busy}").status in (200, 202)
+            while (event := await receive(ws)) is not None:
+                events.append(event)
+                if event["type"] == "done":
+                    break
+        return events
+
+    events = asyncio.run(stream())
+    assert events[0]["type"] == "accepted" and events[-1]["type"] == "done", events
+    done = events[-1]["run"]
+    assert done["status"] == "succeeded" and done["stdout"] == "here\n", done
+    assert not ran_by(done, b), done
 
 
 def runs_ended(dsn: str) -> int:

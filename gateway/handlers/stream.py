@@ -123,7 +123,10 @@ def _cell_event(
 
 
 def _run_message(data: dict[str, Any], policy: RequestPolicy, caller: Principal) -> RunRequest:
-    return run_request(RunMessage.parse(data), policy, caller)
+    """A run message's request: never `background` (its client is this connection, which
+    waits for its events: a background run may be carried to another replica's slot)."""
+    request = run_request(RunMessage.parse(data), policy, caller)
+    return dataclasses.replace(request, background=False) if request.background else request
 
 
 def _notebook_message(

@@ -23,6 +23,11 @@ from gateway.execution.program import Program, from_run
 from gateway.models.request import RunRequest, StagedFile
 from gateway.offload import offload_if
 
+# The form of a carried request. A replica claims only the forms it reads (up to its own:
+# the store's `version` column), so during a rolling update older replicas leave newer
+# forms to newer ones, and newer ones read older forms, a field added since taking its
+# default (what the older replica meant by leaving it out). Add a field to `RunRequest`
+# with a default, and bump this (tests/test_queue_claims.py holds the fields to it).
 VERSION = 1
 
 
@@ -66,8 +71,9 @@ async def unpack(text: str) -> Program:
 def _decode(text: str) -> Program:
     try:
         wrapper = json.loads(text)
-        if wrapper.get("version") != VERSION:
-            raise NotCarried(f"a queued request of version {wrapper.get('version')!r}")
+        version = wrapper.get("version")
+        if not isinstance(version, int) or not 1 <= version <= VERSION:
+            raise NotCarried(f"a queued request of version {version!r}")
         data: dict[str, Any] = dict(wrapper["request"])
         given = data.pop("given_upload"), data.pop("given_from")
         data["files"] = tuple(StagedFile(p, base64.b64decode(d)) for p, d in data["files"])

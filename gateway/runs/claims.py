@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 
 from gateway.errors import GatewayError
+from gateway.runs.carried import VERSION
 from gateway.runs.slots import RunSlots
 from gateway.store.base import Claimed, RecordStore
 
@@ -97,7 +98,7 @@ class Claims:
     async def _claim_while_free(self) -> None:
         while not self._stopping and self.slots.reserve():
             try:
-                claimed = await self.store.claim(self.slots.held, self.slots.per_user)
+                claimed = await self.store.claim(self.slots.held, self.slots.per_user, VERSION)
             except BaseException:
                 self.slots.unreserve()
                 raise

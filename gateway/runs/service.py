@@ -39,7 +39,7 @@ from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.attach import archive_files, check_archive, given_upload, keep_given
 from gateway.runs.bounds import bound_record
-from gateway.runs.carried import carried, carry, unpack
+from gateway.runs.carried import VERSION, carried, carry, unpack
 from gateway.runs.claims import Claims
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.lineage import Lineage, say_gone
@@ -399,7 +399,7 @@ class RunService:
         mine: int | None = None
         try:
             mine = await self.store.enqueue(
-                record, self.config.max_runs_per_user, text, self.config.max_queued_runs
+                record, self.config.max_runs_per_user, text, self.config.max_queued_runs, VERSION
             )
         except QueueFull:
             await self.quotas.uncount_start(record.user, counted)

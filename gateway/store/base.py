@@ -341,17 +341,20 @@ class RecordStore(abc.ABC):
 
     # --- the queue of runs any replica may take (`queues`) ---------------------------------
 
-    async def enqueue(self, record: RunRecord, limit: int, request: str, cap: int) -> int | None:
-        """As `admit`, and put the run in the store's queue with its `request` (unleased: no
-        replica runs it yet). Raises `QueueFull` when this replica already has `cap` runs
-        waiting there."""
+    async def enqueue(
+        self, record: RunRecord, limit: int, request: str, cap: int, version: int = 1
+    ) -> int | None:
+        """As `admit`, and put the run in the store's queue with its `request` (of the form
+        `version`; unleased: no replica runs it yet). Raises `QueueFull` when this replica
+        already has `cap` runs waiting there."""
         raise NotImplementedError(f"the {self.kind} store keeps no queue of runs")
 
-    async def claim(self, held: Mapping[str, int], share: int) -> Claimed | None:
+    async def claim(self, held: Mapping[str, int], share: int, version: int = 1) -> Claimed | None:
         """Take the oldest queued run that a free slot here may run: of a user holding fewer
         than `share` of this replica's slots (`held`: by user), the user holding fewest
-        first; at most once, whichever replicas claim at the same time. Its record is then
-        this replica's, leased. None when no such run waits."""
+        first, whose request's form is at most `version` (one this replica reads); at most
+        once, whichever replicas claim at the same time. Its record is then this
+        replica's, leased. None when no such run waits."""
         return None
 
     async def queued_from(self) -> int:

@@ -240,7 +240,9 @@ class PostgresStore(RecordStore):
 
     # --- the queue of runs any replica may take ----------------------------------------
 
-    async def enqueue(self, record: RunRecord, limit: int, request: str, cap: int) -> int | None:
+    async def enqueue(
+        self, record: RunRecord, limit: int, request: str, cap: int, version: int = 1
+    ) -> int | None:
         payload = await dump(record)
         async with self.connection() as conn:
             await lock_user(conn, RUNS_LOCK, record.user)
@@ -272,20 +274,20 @@ class PostgresStore(RecordStore):
                 ),
             )
             await conn.execute(
-                "INSERT INTO queued_runs (id, owner, origin, request, size) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (record.id, record.user, self.replica, request, len(request)),
+                "INSERT INTO queued_runs (id, owner, origin, request, version, size) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (record.id, record.user, self.replica, request, version, len(request)),
             )
             await conn.execute("SELECT pg_notify(%s, '')", (QUEUED,))  # on commit
         return None
 
-    async def claim(self, held: Mapping[str, int], share: int) -> Claimed | None:
+    async def claim(self, held: Mapping[str, int], share: int, version: int = 1) -> Claimed | None:
         full = [user for user, count in held.items() if count >= share]
         async with self.connection() as conn:
             cursor = await conn.execute(
                 "SELECT id, owner FROM queued_runs WHERE owner <> ALL(%s::text[]) "
-                "ORDER BY queued, id LIMIT %s FOR UPDATE SKIP LOCKED",
-                (full, CLAIM_WINDOW),
+                "AND version <= %s ORDER BY queued, id LIMIT %s FOR UPDATE SKIP LOCKED",
+                (full, version, CLAIM_WINDOW),
             )
             rows = await cursor.fetchall()
             if not rows:

@@ -8,6 +8,9 @@ CREATE TABLE queued_runs (
     origin text NOT NULL,
     queued timestamptz NOT NULL DEFAULT clock_timestamp(),
     request text NOT NULL,
+    -- the version of the request's form (gateway/runs/carried.py): a replica claims only
+    -- the forms it reads, so a rolling update never hands a run to one that cannot
+    version integer NOT NULL DEFAULT 1,
     size bigint NOT NULL
 );
 CREATE INDEX queued_runs_order ON queued_runs (queued, id);
