@@ -148,7 +148,10 @@ down() {
     if [ -n "$volumes" ]; then
         docker volume rm "${NAME}_postgres" >/dev/null 2>&1 || true
     fi
-    if [ -f "$SWARM_MARK" ]; then
+    if [ -f "$SWARM_MARK" ] && [ -n "$(docker service ls -q)" ]; then
+        # another stack's services run in it now: leaving would take them down
+        log "the swarm this script made now runs other services: it stays"
+    elif [ -f "$SWARM_MARK" ]; then
         docker swarm leave --force >/dev/null
         # the bridge the swarm made at its first task (it outlives the swarm)
         docker network rm docker_gwbridge >/dev/null 2>&1 || true

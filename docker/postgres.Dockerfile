@@ -6,7 +6,10 @@ ARG BASE=kernel-gateway-base:bookworm
 FROM ${BASE}
 LABEL org.opencontainers.image.title="kernel-gateway-postgres"
 COPY entrypoint.sh /usr/local/lib/kernel-gateway/
-RUN chmod 0755 /usr/local/lib/kernel-gateway/entrypoint.sh \
+# deploy/stack.yaml hands the password secret to uid 101 (postgres): say so here if the
+# base's postgres is another uid, rather than crash-loop on an unreadable secret there
+RUN test "$(id -u postgres)" = 101 \
+ && chmod 0755 /usr/local/lib/kernel-gateway/entrypoint.sh \
  && mkdir -p /var/lib/postgresql/data /run/postgresql \
  && chown postgres:postgres /var/lib/postgresql/data /run/postgresql \
  && chmod 0700 /var/lib/postgresql/data

@@ -32,7 +32,9 @@ defaults
     option forwardfor
     option redispatch 1
     retries 3
-    retry-on conn-failure empty-response
+    # only a connection the replica refused: a request it received and then dropped (it
+    # died mid-run) is never sent again, to another replica, to run twice
+    retry-on conn-failure
     timeout connect 5s
     timeout http-request 30s
     timeout client 360s

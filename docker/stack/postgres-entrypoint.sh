@@ -11,10 +11,11 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     initdb -D "$PGDATA" -U postgres --auth-local=peer --auth-host=scram-sha-256 \
         --encoding=UTF8 --locale=C.UTF-8 >/dev/null
     pg_ctl -D "$PGDATA" -w -s -o "-c listen_addresses= -k /run/postgresql" start
-    password=$(cat "$POSTGRES_PASSWORD_FILE")
-    # the password as a psql variable, quoted by psql (:'...'), never pasted into SQL
+    # the password read by psql itself into a variable, quoted by psql (:'...'): never in
+    # a command line (world-readable in /proc) nor pasted into SQL
     psql -q -h /run/postgresql -U postgres -d postgres -v ON_ERROR_STOP=1 \
-        -v password="$password" <<'SQL'
+        -v password_file="$POSTGRES_PASSWORD_FILE" <<'SQL'
+\set password `cat :'password_file'`
 CREATE ROLE gateway LOGIN PASSWORD :'password';
 CREATE DATABASE gateway OWNER gateway;
 SQL
