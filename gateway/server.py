@@ -146,6 +146,7 @@ class Gateway:
         self.services = Services(
             config_from(FrontDoorConfig, values), runs, self.tokens, backend, metrics, uploads
         )
+        runs.bodies = self.services.bodies  # what a run claimed from the store's queue holds
         runs.start()
         self._server = GatewayHTTPServer(
             make_app(self.services),

@@ -14,6 +14,7 @@ replica is cancelled from either, claimed or not."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import concurrent.futures
 import dataclasses
@@ -296,6 +297,39 @@ def test_a_websocket_run_waits_for_its_client_even_when_it_asks_for_the_backgrou
     done = events[-1]["run"]
     assert done["status"] == "succeeded" and done["stdout"] == "here\n", done
     assert not ran_by(done, b), done
+
+
+def bodies_in_flight(process: GatewayProcess) -> float:
+    """The replica's bodies budget in use (`/metrics`), in bytes."""
+    text = process.client.request("GET", "/metrics").body.decode()
+    [line] = [ln for ln in text.splitlines() if ln.startswith("gateway_body_bytes_in_flight ")]
+    return float(line.split()[1])
+
+
+def test_a_claimed_run_holds_its_request_in_the_claimers_bodies_budget(
+    replicas: list[GatewayProcess],
+) -> None:
+    """What a replica holds on a user's behalf counts against its budget: a run b claimed
+    from a's queue holds its request's bytes (4 MiB of files) in b's bodies budget while it
+    runs, as a's did for a background run it ran itself, and gives them back at its end."""
+    a, b = replicas
+    busy = submit(a.client, LONG)
+    assert wait_for(lambda: status_of(a.client, busy) == "running", timeout=60)
+    data = base64.b64encode(bytes(4 * 1024 * 1024)).decode()
+    body = {
+        "code": "import time; time.sleep(4); print(len(open('zeros.bin', 'rb').read()))",
+        "files": [{"path": "zeros.bin", "content": data, "encoding": "base64"}],
+        "background": True,
+    }
+    answer = a.client.request("POST", "/v1/runs", body)
+    assert answer.status == 202, answer.body[:500]
+    run_id = str(answer.json()["id"])
+    assert wait_for(lambda: status_of(b.client, run_id) == "running", timeout=60)
+    assert bodies_in_flight(b) >= 4 * 1024 * 1024
+    assert bodies_in_flight(a) < 1024 * 1024  # a gave its room back when it queued the run
+    assert wait_for(lambda: status_of(b.client, run_id) == "succeeded", timeout=60)
+    assert record_of(b.client, run_id)["stdout"] == f"{4 * 1024 * 1024}\n"
+    assert wait_for(lambda: bodies_in_flight(b) == 0, timeout=10)
 
 
 def runs_ended(dsn: str) -> int:

@@ -63,6 +63,13 @@ def _encode(request: RunRequest, program: Program) -> str:
     return json.dumps({"version": VERSION, "request": data}, separators=(",", ":"))
 
 
+# What reading a request's text back holds at most, by the text's size: the text, the
+# decoded JSON (its strings as long as the text), and the files' bytes (three quarters of
+# their base64). The program read back keeps less than the text (its files' bytes and its
+# code).
+READ_FACTOR = 3
+
+
 async def unpack(text: str) -> Program:
     """The program a claimed request runs, as the replica that admitted it would have."""
     return await offload_if(len(text), _decode, text)

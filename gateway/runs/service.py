@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 
-from gateway.budget import CpuBudget, Hold
+from gateway.budget import ByteBudget, CpuBudget, Hold
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -39,7 +39,7 @@ from gateway.models.record import RunRecord
 from gateway.models.request import NotebookRequest, RunRequest
 from gateway.runs.attach import archive_files, check_archive, given_upload, keep_given
 from gateway.runs.bounds import bound_record
-from gateway.runs.carried import VERSION, carried, carry, unpack
+from gateway.runs.carried import READ_FACTOR, VERSION, carried, carry, unpack
 from gateway.runs.claims import Claims
 from gateway.runs.config import RunServiceConfig
 from gateway.runs.lineage import Lineage, say_gone
@@ -51,6 +51,7 @@ from gateway.store.base import UNFINISHED, Claimed, QueueFull, RecordStore
 from gateway.uploads.service import UploadService
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
+UNBOUNDED = 1 << 62
 log = logging.getLogger(__name__)
 
 # How long a cancel asked of another replica waits for that replica's final record; past
@@ -108,6 +109,10 @@ class RunService:
         )
         self._slots = RunSlots(config.max_concurrent_runs, per_user=config.slots_per_user())
         self.claims = Claims(store, self._slots, self.adopt)
+        # the bodies budget a claimed run's request takes room from: the front door's, set
+        # by the gateway once it exists (until then, and in tests of the service alone, a
+        # budget of its own that never refuses)
+        self.bodies = ByteBudget("claimed requests", UNBOUNDED)
         self._draining = False
         self.leased: frozenset[str] = frozenset()  # run_ids, for the heartbeat's thread
         store.on_cancel = self.cancel_here
@@ -376,6 +381,23 @@ class RunService:
             if not admitted and held is not None:
                 held.release()
 
+    async def _room_for_claimed(self, active: ActiveRun, nbytes: int) -> Hold | None:
+        """Room in the bodies budget for a claimed request (its user's, as the admitting
+        replica held it): what reading it back makes (`carried.READ_FACTOR`), waited for in
+        turn like any body; None when the run is cancelled meanwhile."""
+        taking = asyncio.ensure_future(self.bodies.take(READ_FACTOR * nbytes, active.record.user))
+        cancelled = asyncio.ensure_future(active.cancel.wait())
+        try:
+            await asyncio.wait([taking, cancelled], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+        if taking.done():
+            return taking.result()
+        taking.cancel()  # (a grant racing the cancel is handed on: `ByteBudget.take`)
+        with contextlib.suppress(asyncio.CancelledError):
+            await taking
+        return None
+
     def _give_back(self, active: ActiveRun) -> None:
         """The slot a run took at its admission, if the store then refused it."""
         if active.slotted:
@@ -449,8 +471,14 @@ class RunService:
                 record.cancel_unstarted("The run was cancelled before it started.")
                 return record
             try:
-                if isinstance(program, str):
+                if isinstance(program, str):  # claimed: its bytes in this replica's budget
+                    text_bytes = len(program)
+                    active.held = await self._room_for_claimed(active, text_bytes)
+                    if active.held is None:
+                        record.cancel_unstarted("The run was cancelled before it started.")
+                        return record
                     program = await unpack(program)
+                    active.held.shrink_to(text_bytes)  # what the program keeps, at most
                 record.start()
                 record.notes.extend(program.notes)
                 await self.store.update(record)  # it holds a slot: so other replicas see it
