@@ -417,9 +417,9 @@ class RunService:
         """Admit a background run into the store's queue, for the first replica with a free
         slot (this one too); nothing of it stays here. 429 when its user is at their limit
         or this replica has `max_queued_runs` waiting there already."""
-        text = await carry(request, program)
         mine: int | None = None
         try:
+            text = await carry(request, program)
             mine = await self.store.enqueue(
                 record, self.config.max_runs_per_user, text, self.config.max_queued_runs, VERSION
             )

@@ -297,7 +297,10 @@ class PostgresStore(RecordStore):
             cursor = await conn.execute(
                 "DELETE FROM queued_runs WHERE id = %s RETURNING origin, request", (run_id,)
             )
-            origin, request = await _one(cursor)
+            taken = await cursor.fetchone()
+            if taken is None:  # gone meanwhile (never so under the row's lock): take nothing
+                return None
+            origin, request = taken
             cursor = await conn.execute(
                 "UPDATE runs SET replica = %s, lease_until = now() + make_interval(secs => %s) "
                 "WHERE id = %s AND status = 'queued' RETURNING record",
