@@ -11,8 +11,11 @@
 # one success. A request whose connection a replica refuses goes to another (redispatch);
 # each request has a connection of its own to its replica (http-server-close), so none is
 # sent over a kept-alive connection to a replica that has begun to drain. WebSocket
-# upgrades pass through (`timeout tunnel` bounds an idle stream); synchronous runs may take
-# the gateway's largest timeout (300 s), so the server timeout is above it.
+# upgrades pass through (`timeout tunnel` bounds an idle stream); a synchronous run may wait
+# for a slot, then a kernel's start (60 s), then run for the gateway's largest timeout (300
+# s): the server timeout (900 s) is well above that, so that no client is told 504 while its
+# run goes on (and sent to retry it). HAProxy's own hard stop comes before Docker's SIGKILL
+# (the service's stop_grace_period, 400 s).
 set -eu
 LB_BIND=${LB_BIND:-127.0.0.1}
 config=/run/haproxy-lb/haproxy.cfg
@@ -21,7 +24,7 @@ config=/run/haproxy-lb/haproxy.cfg
 global
     log stdout format raw local0 notice
     maxconn 4096
-    hard-stop-after 400s
+    hard-stop-after 390s
 
 defaults
     mode http
@@ -37,8 +40,8 @@ defaults
     retry-on conn-failure
     timeout connect 5s
     timeout http-request 30s
-    timeout client 360s
-    timeout server 360s
+    timeout client 900s
+    timeout server 900s
     timeout tunnel 1h
     timeout client-fin 30s
 
