@@ -44,6 +44,8 @@ export GATEWAY_STACK_PORT_PREFIX=${GATEWAY_STACK_PORT_PREFIX:-89}
 export GATEWAY_STACK_POSTGRES_PORT=${GATEWAY_STACK_POSTGRES_PORT:-5433}
 export GATEWAY_STACK_REPLICAS=${GATEWAY_STACK_REPLICAS:-2}
 SWARM_MARK=$GATEWAY_STACK_DIR/.swarm-made-by-stack.sh
+# `up` made GATEWAY_STACK_DIR a bind mount of itself (`down` unmounts only what it made)
+BIND_MARK=/run/kernel-gateway/stack-bind-$(printf '%s' "$GATEWAY_STACK_DIR" | sha256sum | cut -c1-16)
 WAIT=${GATEWAY_STACK_WAIT:-300}
 
 # The stack's services, or its containers, still there (one line each).
@@ -68,11 +70,12 @@ ensure_swarm() {
 ensure_shared_folder() {
     mkdir -p "$GATEWAY_STACK_DIR/sandboxes"
     chmod 0711 "$GATEWAY_STACK_DIR"
+    mkdir -p -m 0700 /run/kernel-gateway
     if ! mountpoint -q "$GATEWAY_STACK_DIR"; then
         mount --bind "$GATEWAY_STACK_DIR" "$GATEWAY_STACK_DIR"
+        : > "$BIND_MARK"
     fi
     mount --make-shared "$GATEWAY_STACK_DIR"
-    mkdir -p -m 0700 /run/kernel-gateway
 }
 
 random_hex() { python3 -c 'import secrets; print(secrets.token_hex(24))'; }
@@ -158,9 +161,10 @@ down() {
         rm -f "$SWARM_MARK"
         log "left the swarm this script made"
     fi
-    if mountpoint -q "$GATEWAY_STACK_DIR"; then
+    if [ -f "$BIND_MARK" ] && mountpoint -q "$GATEWAY_STACK_DIR"; then
         umount "$GATEWAY_STACK_DIR" || log "warning: could not unmount $GATEWAY_STACK_DIR"
     fi
+    rm -f "$BIND_MARK"
 }
 
 case "${1:-}" in
