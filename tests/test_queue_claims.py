@@ -29,34 +29,18 @@ import psycopg
 import pytest
 
 from gateway.execution.program import from_run
-from gateway.models.record import RunRecord
 from gateway.models.request import RunRequest, StagedFile
 from gateway.runs.carried import VERSION, NotCarried, carried, carry, unpack
 from gateway.store.base import QueueFull, RecordStore
 from gateway.store.postgres import PostgresStore
 from tests import census
 from tests.support import Client, GatewayProcess, wait_for
+from tests.test_store import record
+from tests.test_store import run as store_run
 from tests.ws_client import open_stream, receive
 
 LEASE = 2.0  # seconds: a dead replica's running runs are failed a few seconds after it died
 LONG = "import time; time.sleep(600)"
-
-
-def record(run_id: str, user: str = "ann") -> RunRecord:
-    return RunRecord(id=run_id, language="python", user=user, code="1")
-
-
-def store_run(main: Any, *stores: RecordStore) -> Any:
-    async def body() -> Any:
-        for store in stores:
-            await store.open()
-        try:
-            return await main(*stores)
-        finally:
-            for store in stores:
-                await store.close()
-
-    return asyncio.run(body())
 
 
 # --- the store's queue ------------------------------------------------------------------

@@ -212,31 +212,33 @@ class PostgresStore(RecordStore):
     async def admit(self, record: RunRecord, limit: int) -> int | None:
         payload = await dump(record)
         async with self.connection() as conn:
-            await lock_user(conn, RUNS_LOCK, record.user)
-            cursor = await conn.execute(
-                "SELECT count(*) FROM runs WHERE owner = %s AND status IN ('queued', 'running')",
-                (record.user,),
-            )
-            mine = int((await _one(cursor))[0])
+            mine = await _in_progress(conn, record.user)
             if mine >= limit:
                 return mine
-            await conn.execute(
-                "INSERT INTO runs (id, owner, status, record, size, replica, lease_until, "
-                "language, summary) "
-                "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s), %s, %s)",
-                (
-                    record.id,
-                    record.user,
-                    record.status,
-                    payload,
-                    len(payload),
-                    self.replica,
-                    self.lease,
-                    record.language,
-                    summary(record),
-                ),
-            )
+            await self._insert_run(conn, record, payload, self.lease)
         return None
+
+    async def _insert_run(
+        self, conn: Conn, record: RunRecord, payload: str, lease: float | None
+    ) -> None:
+        """The run's row, this replica's: leased for `lease` seconds, or unleased (None: a
+        NULL interval makes a NULL `lease_until`)."""
+        await conn.execute(
+            "INSERT INTO runs (id, owner, status, record, size, replica, lease_until, "
+            "language, summary) "
+            "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s), %s, %s)",
+            (
+                record.id,
+                record.user,
+                record.status,
+                payload,
+                len(payload),
+                self.replica,
+                lease,
+                record.language,
+                summary(record),
+            ),
+        )
 
     # --- the queue of runs any replica may take ----------------------------------------
 
@@ -245,12 +247,7 @@ class PostgresStore(RecordStore):
     ) -> int | None:
         payload = await dump(record)
         async with self.connection() as conn:
-            await lock_user(conn, RUNS_LOCK, record.user)
-            cursor = await conn.execute(
-                "SELECT count(*) FROM runs WHERE owner = %s AND status IN ('queued', 'running')",
-                (record.user,),
-            )
-            mine = int((await _one(cursor))[0])
+            mine = await _in_progress(conn, record.user)
             if mine >= limit:
                 return mine
             await lock_user(conn, QUEUE_LOCK, self.replica)
@@ -259,20 +256,7 @@ class PostgresStore(RecordStore):
             )
             if int((await _one(cursor))[0]) >= cap:
                 raise QueueFull(self.replica)
-            await conn.execute(
-                "INSERT INTO runs (id, owner, status, record, size, replica, language, summary) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    record.id,
-                    record.user,
-                    record.status,
-                    payload,
-                    len(payload),
-                    self.replica,
-                    record.language,
-                    summary(record),
-                ),
-            )
+            await self._insert_run(conn, record, payload, None)  # unleased: no one runs it
             await conn.execute(
                 "INSERT INTO queued_runs (id, owner, origin, request, version, size) "
                 "VALUES (%s, %s, %s, %s, %s, %s)",
@@ -566,6 +550,17 @@ class PostgresStore(RecordStore):
             return
         if replica == self.replica and self.on_cancel is not None:
             self.on_cancel(run_id, str(note or "The run was cancelled."))
+
+
+async def _in_progress(conn: Conn, user: str) -> int:
+    """`user`'s runs queued or running, anywhere, counted under their lock (held to the end
+    of the transaction: two admissions of one user are one after the other)."""
+    await lock_user(conn, RUNS_LOCK, user)
+    cursor = await conn.execute(
+        "SELECT count(*) FROM runs WHERE owner = %s AND status IN ('queued', 'running')",
+        (user,),
+    )
+    return int((await _one(cursor))[0])
 
 
 async def _one(cursor: psycopg.AsyncCursor[Any]) -> Any:
