@@ -138,10 +138,18 @@ class PostgresLeaseLink(LeaseLink):
         return self._conn
 
     async def close(self) -> None:
+        """Close the link; a sound one gives the id's lock back first, so that once this
+        returns every session sees the id free (the locks of a closed session go only when
+        its server process has ended, a moment later: a replica just stopped would still
+        look alive to the others)."""
         conn, self._conn = self._conn, None
-        if conn is not None:
+        if conn is None:
+            return
+        if not conn.closed and not conn.broken:
             with contextlib.suppress(psycopg.Error, OSError):
-                await conn.close()
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+        with contextlib.suppress(psycopg.Error, OSError):
+            await conn.close()
 
 
 async def renew_leases(conn: Conn, replica: str, lease: float, run_ids: Collection[str]) -> Renewal:
