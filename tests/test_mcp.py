@@ -24,6 +24,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, ImageContent, TextContent
 
+from gateway.commands.mcp import format_record
+from gateway.models.record import RunRecord, Usage
 from tests import census
 from tests.support import REPO, GatewayThread, new_instance_id, wait_for
 
@@ -75,6 +77,41 @@ def texts(result: CallToolResult) -> str:
 
 def images(result: CallToolResult) -> list[ImageContent]:
     return [c for c in result.content if isinstance(c, ImageContent)]
+
+
+def status_line(result: CallToolResult) -> str:
+    """The first line of the answer: `[status: ..., <wall time>]`."""
+    return texts(result).splitlines()[0]
+
+
+def wall_time_as_promised(line: str) -> float:
+    """The wall time at the end of a status line, in seconds, after checking it is written
+    as every duration is (issue 33): whole milliseconds under a second, seconds to a
+    tenth from one on."""
+    found = re.search(r", (\d+) ms\]$|, (\d+\.\d) s\]$", line)
+    assert found is not None, line
+    milliseconds, seconds = found.groups()
+    if milliseconds is not None:
+        assert int(milliseconds) < 1000, line
+        return int(milliseconds) / 1000
+    assert float(seconds) >= 1.0, line
+    return float(seconds)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("wall_ms", "written"),
+    [(120, "120 ms"), (999, "999 ms"), (1000, "1.0 s"), (1340, "1.3 s")],
+)
+def test_the_status_line_writes_the_wall_time_as_every_duration(wall_ms: int, written: str) -> None:
+    """Milliseconds under a second, seconds to a tenth from one on, as `gateway run` and
+    the page write it: a 120 ms run is `120 ms`, not `0.1 s`."""
+    record = RunRecord(
+        id="run_x", language="python", status="succeeded", exit_code=0, usage=Usage(wall_ms=wall_ms)
+    )
+    [text, *_] = format_record(record)
+    assert isinstance(text, TextContent)
+    assert text.text.splitlines()[0] == f"[status: succeeded, exit code 0, {written}]"
 
 
 def test_stdio_lists_the_tool_and_runs_code_with_charts_and_failures() -> None:
@@ -154,6 +191,7 @@ def test_stdio_lists_the_tool_and_runs_code_with_charts_and_failures() -> None:
                 {"code": "import time\nprint('started', flush=True)\ntime.sleep(30)", "timeout": 1},
             )
             assert "status: timed_out" in texts(slow) and "started" in texts(slow)
+            assert wall_time_as_promised(status_line(slow)) >= 1.0  # ran to its 1 s timeout
 
             refused = await session.call_tool(
                 "run_code", {"code": "1", "files": [{"path": "../x", "content": ""}]}
@@ -173,6 +211,7 @@ def test_stdio_against_a_running_gateway() -> None:
         async with stdio_session("--url", url) as session:
             result = await session.call_tool("run_code", {"code": "result = 6 * 7"})
             assert "--- result ---\n42" in texts(result)
+            wall_time_as_promised(status_line(result))  # a quick run: `734 ms`, not `0.7 s`
             failed = await session.call_tool("run_code", {"code": "# second\n1/0"})
             assert "status: failed" in texts(failed)
             listed = texts(await session.call_tool("list_runs", {"limit": 1}))

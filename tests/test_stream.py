@@ -197,6 +197,40 @@ def test_display_updates_and_clear_output(gateway: GatewayThread) -> None:
     assert kept["output"]["text"] == "kept\n"
 
 
+def test_a_streamed_charts_output_is_slim_and_the_record_keeps_its_points(
+    gateway: GatewayThread,
+) -> None:
+    """Issue 33, item 7, live: a chart's `output` event carries what its output in the
+    record carries (`metadata.gateway` with the source and the title, docs/API.md
+    `charts`), not the plotted points; the `done` event's record keeps them in `charts`
+    (our kernel reads up to 1000 points a series, gateway/execution/charts.py)."""
+    points = 5000
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        f"xs = list(range({points}))\n"
+        "plt.plot(xs, [2 * x for x in xs]); plt.title('streamed'); plt.show()"
+    )
+
+    async def main() -> list[dict[str, Any]]:
+        async with connect(gateway.port) as stream:
+            return await stream.run("chart", code=code)
+
+    events = asyncio.run(main())
+    [done] = [e for e in events if e["type"] == "done"]
+    record = done["run"]
+    assert record["status"] == "succeeded", record["error"]
+    [image] = [
+        e for e in events if e["type"] == "output" and "image/png" in e["output"].get("data", {})
+    ]
+    assert image["output"]["metadata"]["gateway"] == {"source": "display", "title": "streamed"}
+    assert '"series"' not in json.dumps(image)  # no plotted points anywhere in the event
+    [recorded] = [o for o in record["outputs"] if "image/png" in o.get("data", {})]
+    assert image["output"] == recorded
+    [chart] = record["charts"]
+    [series] = chart["spec"]["series"]
+    assert series["y"] == [2 * x for x in range(1000)]
+
+
 # --- errors keep the connection usable ----------------------------------------------------
 
 

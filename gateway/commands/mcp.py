@@ -36,6 +36,7 @@ from gateway.client import (
     run_charts,
     run_error,
 )
+from gateway.commands.progress import duration
 from gateway.models.common import FINAL_STATUSES, Language, Status
 from gateway.models.environment import Environment
 from gateway.models.listing import RunList
@@ -404,6 +405,8 @@ def distinct_charts(charts: list[Chart]) -> list[Chart]:
 
 
 def _status_line(record: RunRecord, timeout: float | None) -> str:
+    """`[status: succeeded, exit code 0, 120 ms]`: the run's wall time written as `gateway
+    run` and the page write a duration (`42 ms` under a second, `1.3 s` from one on)."""
     parts = [f"status: {record.status}"]
     if record.exit_code is not None:
         parts.append(f"exit code {record.exit_code}")
@@ -412,7 +415,7 @@ def _status_line(record: RunRecord, timeout: float | None) -> str:
         parts.append(f"stopped at the timeout{limit}; output until then is shown")
     elif record.kill_reason and record.status == "killed":
         parts.append(f"killed by the {record.kill_reason} limit")
-    parts.append(f"{record.usage.wall_ms / 1000:.1f} s")
+    parts.append(duration(record.usage.wall_ms))
     return "[" + ", ".join(parts) + "]"
 
 

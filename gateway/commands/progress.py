@@ -26,7 +26,8 @@ from gateway.models.stream import CellFinishedEvent, CellStartedEvent
 
 
 def duration(ms: int) -> str:
-    """`42 ms` under a second, `1.3 s` from one on."""
+    """`42 ms` under a second, `1.3 s` from one on: every duration `gateway run` and the MCP
+    server write (the page writes them the same way, issue 33)."""
     if ms < 1000:
         return f"{ms} ms"
     return f"{ms / 1000:.1f} s"
