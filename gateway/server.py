@@ -15,14 +15,14 @@ import secrets
 import signal
 import socket
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import tornado.netutil
 
 from gateway.app import make_app
 from gateway.auth import TokenTable, is_loopback_host
-from gateway.budget import ByteBudget
+from gateway.budget import ByteBudget, CpuBudget
 from gateway.config import config_from
 from gateway.execution.kernel import Wire
 from gateway.handlers.base import Services
@@ -121,6 +121,7 @@ class Gateway:
             log.warning("no --tokens file: single-user mode, listening on loopback only")
         self.backend = backend
         await backend.startup()
+        _check_cpu_budgets(runs_config.cpu_budget(), self.tokens.budgets, backend)
         failed = await self.store.recover(
             "The gateway stopped while this run was in progress; its result is lost."
         )
@@ -275,3 +276,20 @@ def _write_tokens(path: Path, token: str, user: str) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as file:
         json.dump({token: {"user": user, "role": "user"}}, file)
+
+
+def _check_cpu_budgets(
+    default: CpuBudget, per_user: Mapping[str, CpuBudget], backend: SandboxBackend
+) -> None:
+    """A CPU budget the backend cannot meter would be a promise nothing keeps: refused."""
+    budgets = [default, *per_user.values()]
+    if backend.meters_cpu or not any(
+        b.cpu_seconds_per_hour or b.cpu_seconds_per_day for b in budgets
+    ):
+        return
+    raise RuntimeError(
+        f"CPU-second budgets are set (--cpu-seconds-per-hour/-day or the tokens file), but "
+        f"the {backend.name} backend cannot tell its sandboxes' CPU here (the local backend "
+        "without a cgroup: run the gateway as root on cgroup v2; Docker: the engine's "
+        "cgroupfs driver), so nothing would hold them: refusing to start."
+    )

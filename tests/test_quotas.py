@@ -19,9 +19,11 @@ import pytest
 
 from gateway.auth import TokenTable
 from gateway.budget import CpuBudget
+from gateway.errors import QuotaExceeded
 from gateway.runs.quotas import DAY, HOUR, TICK, Quotas, retry_after
 from gateway.store.base import UsageRow
 from gateway.store.sqlite import SQLiteStore
+from tests import api
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread, forget_snapshots, serving
 
@@ -151,6 +153,38 @@ def test_runs_per_minute_are_counted_in_the_last_sixty_seconds(tmp_path: Path) -
                 (5, 700, 0),
                 (6, 300, 1),
             ]
+        finally:
+            await store.close()
+
+    asyncio.run(check())
+
+
+@pytest.mark.fast
+def test_a_flood_of_refused_starts_reads_nothing_from_the_store(tmp_path: Path) -> None:
+    """A user past `runs_per_minute` is refused from memory until the oldest start leaves
+    the minute: their flood of requests costs the store (every user's) nothing."""
+
+    async def check() -> None:
+        store = SQLiteStore(tmp_path / "runs.db")
+        await store.open()
+        asked = 0
+        count_start = store.count_start
+
+        async def counted(user: str, now: float, per_minute: int) -> float | None:
+            nonlocal asked
+            asked += 1
+            return await count_start(user, now, per_minute)
+
+        store.count_start = counted  # type: ignore[method-assign]
+        quotas = Quotas(store, CpuBudget(runs_per_minute=1))
+        try:
+            assert await quotas.count_start("u") is not None
+            for _ in range(100):
+                with pytest.raises(QuotaExceeded) as refused:
+                    await quotas.count_start("u")
+                assert 59 <= refused.value.retry_after <= 60
+            assert asked == 2  # the start, then the first refusal
+            assert await quotas.count_start("other") is not None  # theirs apart
         finally:
             await store.close()
 
@@ -336,4 +370,60 @@ def test_a_rebuilt_chain_that_spins_is_killed_at_the_budget(tmp_path: Path) -> N
         assert record["usage"]["cpu_ms"] / 1000 <= BUDGET_S + 2.5, record["usage"]
     finally:
         forget_snapshots(server)
+        server.stop()
+
+
+# the user's code replaces what marks the kernel to be kept: keeping it then spins
+KEEP_SPINS = """\
+import kernels.python.resume as resume
+def keep():
+    while True:
+        pass
+resume.keep = keep
+print('ran')
+"""
+
+
+def test_keeping_a_kernel_is_stopped_at_the_budget_as_its_run_is(tmp_path: Path) -> None:
+    """Keeping the kernel after the run (`keep`) runs the kernel's code, which the user's
+    may have replaced: the budget holds there too (within a second of CPU), and the record
+    says why the state was not kept."""
+    tokens = tokens_file(tmp_path, {CAROL: {"user": "carol", "cpu_seconds_per_hour": BUDGET_S}})
+    server = start_gateway("forkserver", tokens=tokens)
+    try:
+        carol = server.client(CAROL)
+        status, record, _ = post(carol, {"code": KEEP_SPINS, "keep": True, "timeout": 60})
+        assert status == 200, record
+        assert (record["status"], record["stdout"], record["snapshot"]) == (
+            "succeeded",
+            "ran\n",
+            None,
+        )
+        assert any("CPU budget ran out" in note for note in record["notes"]), record["notes"]
+        assert BUDGET_S <= record["usage"]["cpu_ms"] / 1000 <= BUDGET_S + 1.0, record["usage"]
+        status, answer, _ = post(carol, {"code": "print(1)"})
+        assert status == 429 and answer["error"]["code"] == "quota", answer
+    finally:
+        forget_snapshots(server)
+        server.stop()
+
+
+def test_a_run_that_waited_while_its_users_budget_went_never_starts(tmp_path: Path) -> None:
+    """A run admitted while its user had CPU left, that waits for a slot (or in the store's
+    queue) while their other runs spend the rest, is ended as it would start: `killed`,
+    `cpu_quota`, and none of its code ran (it would otherwise spend a tick and a stop's
+    grace past the budget)."""
+    tokens = tokens_file(tmp_path, {DAVE: {"user": "dave", "cpu_seconds_per_hour": BUDGET_S}})
+    server = start_gateway("local", tokens=tokens, max_running_per_user=1)
+    try:
+        dave = server.client(DAVE)
+        spender = api.submit(dave, {"code": SPIN.format(seconds=30), "timeout": 60})
+        waiting = api.submit(dave, {"code": "print('ran')"})  # behind it: one slot each
+        spent = api.poll_run(dave, spender)
+        assert (spent["status"], spent["kill_reason"]) == ("killed", "cpu_quota"), spent
+        record = api.poll_run(dave, waiting)
+        assert (record["status"], record["kill_reason"]) == ("killed", "cpu_quota"), record
+        assert (record["stdout"], record["started_at"]) == ("", None), record
+        assert any(note.startswith("It did not start") for note in record["notes"]), record
+    finally:
         server.stop()

@@ -1,6 +1,6 @@
 """A run's life is owned by its record (gateway/models/record.py): `status` moves only
-through `start`, `cancel_unstarted`, `fail` and `finish`, each allowed only from where the
-life allows it; and nothing else in the gateway assigns a record's status."""
+through `start`, `cancel_unstarted`, `stop_unstarted`, `fail` and `finish`, each allowed
+only from where the life allows it; and nothing else in the gateway assigns a record's status."""
 
 from __future__ import annotations
 
@@ -72,6 +72,17 @@ def test_a_run_cancelled_while_it_waited_never_started() -> None:
     assert (record.status, record.kill_reason) == ("cancelled", "cancelled")
     assert record.started_at is None and record.finished_at is not None
     assert record.notes == ["cancelled before it started"]
+
+
+def test_a_run_whose_users_budget_went_while_it_waited_is_killed_unstarted() -> None:
+    record = fresh()
+    record.stop_unstarted("cpu_quota", "It did not start: the budget was spent.")
+    assert (record.status, record.kill_reason) == ("killed", "cpu_quota")
+    assert record.started_at is None and record.finished_at is not None
+    started = fresh()
+    started.start()
+    with pytest.raises(IllegalMove):
+        started.stop_unstarted("cpu_quota", "too late")  # it started: the meter stops it
 
 
 @pytest.mark.parametrize("started", [False, True])

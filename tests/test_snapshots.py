@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gateway.runs.snapshots import IDLE_CPU_MS
 from tests.conftest import start_gateway
-from tests.support import Client, GatewayThread, forget_snapshots, serving
+from tests.support import Client, GatewayThread, forget_snapshots, serving, wait_for
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
 
@@ -406,6 +407,94 @@ def test_a_snapshot_is_frozen(alice: Client, forked: GatewayThread) -> None:
     time.sleep(2.0)
     assert cpu_ms() - before < 100  # two spinners would have used 2,000 ms on two cores
     assert continued(alice, snapshot, "print(x)")["stdout"] == "kept while spinning\n"
+
+
+def own_cpu_seconds(client: Client) -> float:
+    """What the usage ledger says the caller spent in the last hour."""
+    (mine,) = client.request("GET", "/v1/usage").json()["users"]
+    return float(mine["last_hour"]["cpu_seconds"])
+
+
+def listed(client: Client) -> dict[str, dict[str, object]]:
+    return {s["id"]: s for s in client.request("GET", "/v1/snapshots").json()["snapshots"]}
+
+
+# the user's code replaces what stops the kernel when it is kept: it spins instead
+NEVER_STOPS = """\
+import kernels.python.resume as resume
+def stop():
+    while True:
+        pass
+resume.stop = stop
+"""
+
+
+def test_a_kernel_that_keeps_running_once_kept_goes_and_its_owner_pays(alice: Client) -> None:
+    """A snapshot is idle. One whose kernel spins (unheld, until its TTL, on a core of the
+    machine) goes once it spent `IDLE_CPU_MS` idle, and what it spent is its owner's: the
+    usage ledger counts it beside the runs' CPU."""
+    before = own_cpu_seconds(alice)
+    started = time.monotonic()
+    record = alice.run(code=NEVER_STOPS, keep=True)
+    assert record["snapshot"] is not None, record
+    snapshot = record["snapshot"]["id"]
+
+    assert wait_for(lambda: snapshot not in listed(alice), timeout=30)
+    spun = time.monotonic() - started  # at most one CPU's worth of this
+    status, code, message = error_of(alice, {"code": "print(1)", "from": snapshot})
+    assert (status, code) == (410, "snapshot_gone") and "kept running" in message, message
+
+    def charged() -> float:
+        return own_cpu_seconds(alice) - before - record["usage"]["cpu_ms"] / 1000
+
+    assert wait_for(lambda: charged() >= IDLE_CPU_MS / 1000, timeout=10), charged()
+    assert charged() <= spun + 0.2, (charged(), spun)
+
+
+# a continuation of the state starts a spinning thread as its kernel starts again
+SPINS_WHEN_CONTINUED = """\
+import threading
+import kernels.python.startup as startup
+attach = startup.attach_kernel
+def spinning(shell):
+    threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
+    attach(shell)
+startup.attach_kernel = spinning
+"""
+
+
+def test_a_continuation_made_ahead_that_spins_is_closed_and_paid_for(
+    alice: Client, forked: GatewayThread
+) -> None:
+    """The continuation made ahead for the next run (`prepare`) is idle too: one that spins
+    is closed once it spent `IDLE_CPU_MS` idle (the next run starts its own), its owner pays
+    what it spent, and the snapshot stays."""
+    services = forked.gateway.services
+    assert services is not None
+    before = own_cpu_seconds(alice)
+    record = alice.run(code=SPINS_WHEN_CONTINUED, keep=True)
+    snapshot = services.runs.snapshots.get(record["snapshot"]["id"])
+    assert wait_for(lambda: snapshot.ready is not None, timeout=30)  # made, and spinning
+    assert wait_for(lambda: snapshot.ready is None and snapshot.readying is None, timeout=30)
+    charged = own_cpu_seconds(alice) - before - record["usage"]["cpu_ms"] / 1000
+    assert charged >= IDLE_CPU_MS / 1000, charged
+    assert snapshot.id in listed(alice)
+    after = continued(alice, snapshot.id, "print('continued')")
+    assert after["stdout"] == "continued\n"
+
+
+def test_an_idle_snapshot_stays_and_costs_its_owner_little(alice: Client) -> None:
+    """The other side of the rule above: a snapshot that does nothing for seconds stays
+    (continuing from it works), and is charged no more than its continuation made ahead
+    (`prepare`) spent starting."""
+    before = own_cpu_seconds(alice)
+    record = alice.run(code="x = 'idle'", keep=True)
+    snapshot = record["snapshot"]["id"]
+    time.sleep(4.0)  # four checks
+    assert snapshot in listed(alice)
+    charged = own_cpu_seconds(alice) - before - record["usage"]["cpu_ms"] / 1000
+    assert charged < IDLE_CPU_MS / 1000, charged
+    assert continued(alice, snapshot, "print(x)")["stdout"] == "idle\n"
 
 
 BASH_STATE = """\

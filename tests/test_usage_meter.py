@@ -10,8 +10,10 @@ local backend without a cgroup (`fallback`) says what holds there: no CPU figure
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -280,3 +282,18 @@ def test_without_a_cgroup_there_is_no_cpu_figure(fallback: GatewayThread) -> Non
     answer = client.request("POST", "/v1/notebooks/run", {"notebook": nb})
     figures = answer.json()["notebook"]["cells"][0]["metadata"]["gateway"]
     assert figures["cpu_ms"] is None and figures["duration_ms"] >= 0, figures
+
+
+def test_without_a_cgroup_cpu_budgets_are_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A CPU budget nothing can meter would be a promise nothing keeps: the gateway refuses
+    to start with one (the operator's default or a user's), saying why; without one it
+    starts (above)."""
+    bare = local.LocalFeatures(bwrap=None, cgroups=False, drop_to=None)
+    monkeypatch.setattr(local, "probe_features", lambda settings: bare)
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"t" * 24: {"user": "u", "cpu_seconds_per_day": 10}}))
+    for budget in ({"cpu_seconds_per_hour": 5.0}, {"tokens": tokens}):
+        with pytest.raises(RuntimeError, match="cannot tell its sandboxes' CPU"):
+            start_gateway("local", **budget)

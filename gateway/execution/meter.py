@@ -91,6 +91,14 @@ class UsageMeter:
         return _plus(self._spent_cpu, _since(self._base, now))
 
 
+async def cpu_of(sandbox: Sandbox) -> int | None:
+    """The CPU `sandbox` has used, if it can still tell (None too once it cannot be read)."""
+    try:
+        return (await sandbox.usage()).cpu_ms
+    except Exception:
+        return None
+
+
 def unused(usage: Usage) -> Usage:
     """A program whose code never went to its kernel (its files could not be staged): no
     CPU where the sandbox tells CPU, and the sandbox's peak."""

@@ -8,6 +8,7 @@ refuse a move the life does not allow (`MOVES`; a `succeeded` run never becomes 
       |                    |                          | killed | cancelled
       |                    +--fail(note)--> failed   (the gateway could not run it)
       +--cancel_unstarted(note)--> cancelled         (cancelled while it waited)
+      +--stop_unstarted(reason, note)--> killed      (its user's budget went meanwhile)
       +--fail(note)--> failed                        (its replica died before it ran)
 
 The run service starts it when it holds a slot, the result builder
@@ -165,6 +166,7 @@ class IllegalMove(RuntimeError):
 MOVES: dict[str, frozenset[str]] = {
     "start": frozenset({"queued"}),
     "cancel_unstarted": frozenset({"queued"}),
+    "stop_unstarted": frozenset({"queued"}),
     "fail": frozenset({"queued", "running"}),
     "finish": frozenset({"running"}),
 }
@@ -364,6 +366,14 @@ class RunRecord(BaseModel):
         """Cancelled while it waited for a slot: it never ran."""
         self._move("cancel_unstarted", "cancelled")
         self.kill_reason = "cancelled"
+        self.notes.append(note)
+        self._end()
+
+    def stop_unstarted(self, reason: KillReason, note: str) -> None:
+        """A limit of its user's ended it as it was about to start (`cpu_quota`: the budget
+        was spent while it waited): `killed`, and it never ran."""
+        self._move("stop_unstarted", "killed")
+        self.kill_reason = reason
         self.notes.append(note)
         self._end()
 

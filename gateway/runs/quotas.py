@@ -12,7 +12,9 @@ operator's default), held fleet-wide through the store's usage ledger.
                           answers the user's windows with it added (atomically, on any
                           replica); a window spent stops the run (`kill_reason: cpu_quota`)
     CpuMeter.close(...)   at its end: the rest of its CPU, the run itself and its peak
-                          memory, so that the ledger holds exactly what the records say
+                          memory, so that the ledger holds what the records say
+    charge(user, cpu_ms)  what the user's snapshots spent while kept (`runs.snapshots`):
+                          the ledger's only CPU that no record holds
 
 The bound (DESIGN.md decision 26): a run is admitted only while every window has CPU left,
 and a run stops within one tick of its user's window being spent, so what a user spends is
@@ -75,6 +77,7 @@ class Quotas:
         self.per_user = dict(per_user or {})
         self.on_spent = on_spent  # (user, cpu_ms, runs): Prometheus' counters
         self._refused_until: dict[str, float] = {}  # users whose CPU is spent, until when
+        self._starts_refused_until: dict[str, float] = {}  # ... whose runs per minute are
 
     def budget(self, user: str) -> CpuBudget:
         """The user's budget: what the tokens file says for them, field by field, else the
@@ -115,18 +118,22 @@ class Quotas:
 
     async def count_start(self, user: str) -> float | None:
         """Count a run's start against `runs_per_minute` (429 `quota` past it): the time it
-        was counted at, to `uncount_start` it if the run is not admitted after all."""
+        was counted at, to `uncount_start` it if the run is not admitted after all. A refusal
+        is remembered until the oldest start leaves the minute, as `admit`'s are."""
         per_minute = self.budget(user).runs_per_minute
         if per_minute is None:
             return None
         now = time.time()
-        wait = await self.store.count_start(user, now, per_minute)
-        if wait is not None:
-            raise QuotaExceeded(
-                f"You started {per_minute} runs in the last minute, as many as you may.",
-                retry_after=max(1, math.ceil(wait)),
-            )
-        return now
+        until = self._starts_refused_until.get(user)
+        if until is None or now >= until:
+            wait = await self.store.count_start(user, now, per_minute)
+            if wait is None:
+                return now
+            until = self._starts_refused_until[user] = now + wait
+        raise QuotaExceeded(
+            f"You started {per_minute} runs in the last minute, as many as you may.",
+            retry_after=max(1, math.ceil(until - now)),
+        )
 
     async def uncount_start(self, user: str, counted: float | None) -> None:
         if counted is not None:
@@ -134,6 +141,12 @@ class Quotas:
 
     def meter(self, user: str) -> CpuMeter:
         return CpuMeter(self, user)
+
+    async def charge(self, user: str, cpu_ms: int) -> None:
+        """CPU the user spent outside a run (their snapshots, idle: `runs.snapshots`)."""
+        await self.store.spend(user, minute_of(time.time()), cpu_ms, ())
+        if self.on_spent is not None:
+            self.on_spent(user, cpu_ms, 0)
 
 
 class CpuMeter:

@@ -19,6 +19,7 @@ from gateway.errors import (
     GatewayError,
     InvalidRequest,
     NotFound,
+    QuotaExceeded,
     RateLimited,
     SnapshotElsewhere,
     SnapshotGone,
@@ -28,6 +29,7 @@ from gateway.errors import (
 from gateway.execution.events import RunEvents
 from gateway.execution.executor import Execution
 from gateway.execution.kernel import Wire
+from gateway.execution.meter import cpu_of
 from gateway.execution.pool import Pools
 from gateway.execution.program import Program, from_notebook, from_run
 from gateway.execution.session import KernelSession, StartCancelled, start_session
@@ -105,7 +107,11 @@ class RunService:
         self.pools = Pools(config.execution, backend, wire, metrics, sizes=config.pool_sizes())
         self.lineage = Lineage(store)
         self.snapshots = Snapshots(
-            config.snapshots(), self._continuation, store.replica, self._snapshot_went
+            config.snapshots(),
+            self._continuation,
+            store.replica,
+            self._snapshot_went,
+            self.quotas.charge,
         )
         self._slots = RunSlots(config.max_concurrent_runs, per_user=config.slots_per_user())
         self.claims = Claims(store, self._slots, self.adopt)
@@ -467,10 +473,17 @@ class RunService:
                 self._slots.release(record.user)
                 record.cancel_unstarted("The run was cancelled before it started.")
                 return record
+            waited = not active.slotted or isinstance(program, str)  # for a slot, or claimed
             if not active.slotted and not await self._slots.acquire(record.user, active.cancel):
                 record.cancel_unstarted("The run was cancelled before it started.")
                 return record
             try:
+                if waited and meter.watching:  # its user's budget may have gone meanwhile
+                    try:
+                        await self.quotas.admit(record.user)
+                    except QuotaExceeded as exc:
+                        record.stop_unstarted("cpu_quota", f"It did not start: {exc.message}")
+                        return record
                 if isinstance(program, str):  # claimed: its bytes in this replica's budget
                     text_bytes = len(program)
                     active.held = await self._room_for_claimed(active, text_bytes)
@@ -510,7 +523,7 @@ class RunService:
                         async with self._metered(execution, meter):
                             await execution.run(session, files)
                         if program.keep:
-                            await self._keep_state(execution.session or session, active)
+                            await self._keep_state(execution.session or session, active, meter)
                 except StartCancelled:
                     execution.cancelled_before_start()
             finally:
@@ -586,19 +599,25 @@ class RunService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
 
-    async def _keep_state(self, session: KernelSession, active: ActiveRun) -> None:
+    async def _keep_state(self, session: KernelSession, active: ActiveRun, meter: CpuMeter) -> None:
         """Keep the kernel's final state as a snapshot (`keep`), if the run ended with its
-        kernel alive; a note says why not otherwise."""
+        kernel alive; a note says why not otherwise. Keeping runs the kernel's code (which
+        the user's may have replaced): it is metered as the run was."""
         record, execution = active.record, active.execution
         if record.status not in ("succeeded", "failed"):
             record.notes.append(f"The kernel's state was not kept: the run {record.status}.")
             return
         cell = execution.last_cell if execution and execution.program.keep_cells else None
-        before = await _cpu_of(session)
-        snapshot, note = await self.snapshots.keep(
-            session, record.user, active.source, record.id, cell
+        before = await cpu_of(session.sandbox)
+        keeping = asyncio.ensure_future(
+            self.snapshots.keep(session, record.user, active.source, record.id, cell)
         )
-        after = await _cpu_of(session)
+        spent = before is not None and await _heed_budget(keeping, session, meter, record, before)
+        snapshot, note = await keeping
+        if spent:
+            note = "The kernel's state was not kept: your CPU budget ran out while it was kept."
+        # from its reading on, what the sandbox spends is the snapshot's (`Snapshots.watch`)
+        after = snapshot.cpu_seen if snapshot is not None else await cpu_of(session.sandbox)
         if before is not None and after is not None and record.usage.cpu_ms is not None:
             record.usage.cpu_ms += max(0, after - before)  # keeping runs the kernel's hooks too
         if note is not None:
@@ -756,9 +775,27 @@ def _given_back_unless_admitted(held: Hold | None) -> Iterator[None]:
         raise
 
 
-async def _cpu_of(session: KernelSession) -> int | None:
-    """The CPU its sandbox has used, if it can still tell."""
-    try:
-        return (await session.sandbox.usage()).cpu_ms
-    except Exception:
-        return None
+async def _heed_budget(
+    keeping: asyncio.Future[tuple[Snapshot | None, str | None]],
+    session: KernelSession,
+    meter: CpuMeter,
+    record: RunRecord,
+    before: int,
+) -> bool:
+    """While the kernel is being kept, its user's budget is heeded as during the run
+    (`RunService._metered`): spent, the kernel is killed (the keep then fails). Whether it
+    was."""
+    while meter.watching and not keeping.done():
+        await asyncio.wait([keeping], timeout=TICK)
+        now = await cpu_of(session.sandbox)
+        if keeping.done() or now is None or record.usage.cpu_ms is None:
+            continue
+        try:
+            window = await meter.tick(record.usage.cpu_ms + max(0, now - before))
+        except Exception as exc:  # the store: tried again next tick
+            log.warning("run %s: its CPU could not be counted: %s", record.id, exc)
+            continue
+        if window is not None:
+            await session.sandbox.kill()
+            return True
+    return False

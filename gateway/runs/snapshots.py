@@ -16,6 +16,14 @@ can be joined only from above), so a snapshot cannot end before the runs continu
 it, nor before the snapshots kept from those: each of them holds it (`holders`). Deleted
 or evicted meanwhile, it is gone for every caller at once and ends when the last holder
 lets go.
+
+A kept snapshot and a continuation made ahead are idle: what their sandboxes spend is read
+every `IDLE_CHECK` and charged to their owner (`charge`: the usage ledger, DESIGN decision
+26). It also fills a bucket that leaks `IDLE_LEAK_MS` a check (an idle kernel's wakeups);
+one whose bucket passes `IDLE_CPU_MS` goes (or, made ahead, is closed): its kernel did not
+stop when asked (the user's code replaced what stops it), and would spin, unheld and on a
+loaded machine however slowly, until its TTL. A snapshot's own sandbox spends CPU on the
+forks of its continuations: what it spends within two checks of one is only charged.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 
 from gateway.errors import GatewayError, NotFound, SnapshotGone
 from gateway.execution.kernel_code import keep_code
+from gateway.execution.meter import cpu_of
 from gateway.execution.session import KernelSession
 from gateway.models.common import Language
 from gateway.models.record import SnapshotInfo
@@ -47,6 +56,9 @@ log = logging.getLogger(__name__)
 KEEP_TIMEOUT = 10.0
 GONE_REMEMBERED = 10_000  # ids of snapshots that went, for 410 rather than 404
 SWEEP_EVERY = 10.0
+IDLE_CHECK = 1.0  # seconds between readings of what kept snapshots spend
+IDLE_CPU_MS = 500  # CPU an idle one may spend beyond the leak (spinning: 1000 a check a CPU)
+IDLE_LEAK_MS = 50  # what an idle one may spend each check, for ever
 # Each continuation is a user and a PID namespace inside its snapshot's; the kernel nests
 # them 32 deep at most
 MAX_DEPTH = 30
@@ -69,6 +81,15 @@ class Snapshot:
     ready: KernelSession | None = None
     readying: asyncio.Task[None] | None = None
     cell: int | None = None  # a replay's (`keep: "cells"`): the cell after which it was kept
+    # the CPU readings of its sandbox and of its continuation made ahead charged so far
+    cpu_seen: int | None = None
+    ready_cpu_seen: int | None = None
+    # what each spent idle beyond `IDLE_LEAK_MS` a check (the leaky buckets)
+    idle_spent: int = 0
+    ready_idle_spent: int = 0
+    # when it last forked (a continuation asked of it; kept: its freeze), which its sandbox
+    # spends CPU on
+    forked: float = dataclasses.field(default_factory=time.monotonic)
 
 
 class Snapshots:
@@ -78,6 +99,7 @@ class Snapshots:
         continuation: Callable[[Snapshot], Awaitable[KernelSession]] | None = None,
         instance: str = "",
         on_gone: Callable[[Snapshot], None] | None = None,
+        charge: Callable[[str, int], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.instance = instance  # this gateway's, in each snapshot's info
@@ -86,13 +108,17 @@ class Snapshots:
         # starts a continuation of a snapshot (the run service's): made ahead, one per
         # snapshot, so that the next run from it needs no start (a pool of one)
         self._continuation = continuation
+        # (user, CPU milliseconds): what a snapshot or a continuation made ahead spent idle
+        self._charge = charge
         self._kept: dict[str, Snapshot] = {}
         self._gone: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
         self._ending: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep_forever())
+        self._watcher = asyncio.create_task(self._watch_forever())
 
     # --- keeping ----------------------------------------------------------------------------
 
@@ -131,6 +157,7 @@ class Snapshots:
             return None, "The kernel's state was not kept: the kernel refused."
         session.client.execute(stop, silent=True)
         sandbox = session.give_away()
+        seen = await cpu_of(sandbox)  # the run's until now, the snapshot's after
         snapshot = Snapshot(
             id=snapshot_name(run_id),
             user=user,
@@ -142,6 +169,7 @@ class Snapshots:
             parent=parent,
             depth=depth,
             holders=int(hold),
+            cpu_seen=seen,
         )
         if parent is not None:
             parent.holders += 1
@@ -193,7 +221,7 @@ class Snapshots:
         snapshot = self._kept.get(snapshot_id)
         if snapshot is not None and snapshot.user == user and snapshot.gone is None:
             snapshot.holders += 1
-            snapshot.used = time.monotonic()
+            snapshot.used = snapshot.forked = time.monotonic()
             return snapshot
         went = self._gone.get(snapshot_id)
         if went is not None and went[0] == user:
@@ -210,6 +238,7 @@ class Snapshots:
         if snapshot.ready is not None or snapshot.readying is not None:
             return
         snapshot.holders += 1
+        snapshot.forked = time.monotonic()
         snapshot.readying = asyncio.create_task(self._prepare(snapshot, self._continuation))
 
     async def _prepare(
@@ -224,6 +253,9 @@ class Snapshots:
             snapshot.readying = None
         if session is not None and snapshot.gone is None:
             snapshot.ready = session  # with its hold
+            # its start is its owner's too; what it spends from now on is idle
+            snapshot.ready_cpu_seen, snapshot.ready_idle_spent = 0, 0
+            await self._charge_ready(snapshot, session)
             return
         if session is not None:
             await session.close()
@@ -237,12 +269,21 @@ class Snapshots:
             return None
         self.release(snapshot)
         if session.sandbox.has_exited():
-            self._close(session)
+            self._close(snapshot, session)
             return None
         return session
 
-    def _close(self, session: KernelSession) -> None:
-        task = asyncio.create_task(session.close())
+    def _close(self, snapshot: Snapshot, session: KernelSession) -> None:
+        """Close `snapshot`'s continuation made ahead, which it no longer holds, once what
+        it spent since the last reading is charged."""
+
+        async def close() -> None:
+            try:
+                await self._charge_ready(snapshot, session)
+            finally:
+                await session.close()
+
+        task = asyncio.create_task(close())
         self._ending.add(task)
         task.add_done_callback(self._ended)
 
@@ -290,7 +331,7 @@ class Snapshots:
             self._on_gone(snapshot)
         ready, snapshot.ready = snapshot.ready, None
         if ready is not None:  # its continuation made ahead goes first
-            self._close(ready)
+            self._close(snapshot, ready)
             snapshot.holders -= 1
         self._gone[snapshot.id] = (snapshot.user, why)
         while len(self._gone) > GONE_REMEMBERED:
@@ -301,11 +342,17 @@ class Snapshots:
     def _end(self, snapshot: Snapshot) -> None:
         if self._kept.pop(snapshot.id, None) is None:
             return
-        task = asyncio.create_task(snapshot.sandbox.destroy())
+        task = asyncio.create_task(self._destroy(snapshot))
         self._ending.add(task)
         task.add_done_callback(self._ended)
         if snapshot.parent is not None:
             self.release(snapshot.parent)
+
+    async def _destroy(self, snapshot: Snapshot) -> None:
+        try:
+            await self._charge_kept(snapshot)
+        finally:
+            await snapshot.sandbox.destroy()
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._ending.discard(task)
@@ -327,6 +374,69 @@ class Snapshots:
             await asyncio.sleep(SWEEP_EVERY)
             self.sweep()
 
+    # --- what the idle spend ----------------------------------------------------------------
+
+    async def _watch_forever(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_CHECK)
+            try:
+                await self.watch()
+            except Exception:
+                log.exception("what snapshots spent could not be read")
+
+    async def watch(self) -> None:
+        """Charge what every snapshot and continuation made ahead spent since the last
+        reading; one that spent more than `IDLE_CPU_MS` idle goes (see the module's doc)."""
+        now = time.monotonic()
+        for snapshot in list(self._kept.values()):
+            if self._kept.get(snapshot.id) is not snapshot:
+                continue  # ended meanwhile: its last reading was charged then
+            spent = await self._charge_kept(snapshot)
+            if now - snapshot.forked >= 2 * IDLE_CHECK:  # not forking a continuation
+                snapshot.idle_spent = _leaked(snapshot.idle_spent + spent)
+            if snapshot.idle_spent > IDLE_CPU_MS and snapshot.gone is None:
+                log.warning("snapshot %s spent CPU idle: it goes", snapshot.id)
+                self._go(snapshot, "ended: its kernel kept running after it was kept")
+                continue
+            ready = snapshot.ready
+            if ready is None:
+                continue
+            spent = await self._charge_ready(snapshot, ready)
+            snapshot.ready_idle_spent = _leaked(snapshot.ready_idle_spent + spent)
+            if snapshot.ready_idle_spent <= IDLE_CPU_MS:
+                continue
+            if snapshot.ready is ready:  # not taken meanwhile: closed, the next run starts one
+                log.warning("snapshot %s's continuation spent CPU idle", snapshot.id)
+                snapshot.ready = None
+                self._close(snapshot, ready)
+                self.release(snapshot)
+
+    async def _charge_kept(self, snapshot: Snapshot) -> int:
+        """Charge what `snapshot`'s sandbox spent since its last reading: that much."""
+        reading = await cpu_of(snapshot.sandbox)
+        spent = _past(snapshot.cpu_seen, reading)
+        if spent:
+            snapshot.cpu_seen = reading
+            await self._charged(snapshot.user, spent)
+        return spent
+
+    async def _charge_ready(self, snapshot: Snapshot, session: KernelSession) -> int:
+        """Charge what `snapshot`'s continuation made ahead spent since its last reading."""
+        reading = await cpu_of(session.sandbox)
+        spent = _past(snapshot.ready_cpu_seen, reading)
+        if spent:
+            snapshot.ready_cpu_seen = reading
+            await self._charged(snapshot.user, spent)
+        return spent
+
+    async def _charged(self, user: str, cpu_ms: int) -> None:
+        if self._charge is None:
+            return
+        try:
+            await self._charge(user, cpu_ms)
+        except Exception as exc:  # the store: a snapshot is not ended for it
+            log.warning("%d ms of %s's snapshots' CPU could not be counted: %s", cpu_ms, user, exc)
+
     @property
     def busy(self) -> bool:
         """A snapshot's sandbox is being destroyed, or a continuation made ahead."""
@@ -334,10 +444,11 @@ class Snapshots:
 
     async def close(self) -> None:
         """Every snapshot ends (a gateway's snapshots do not outlive it)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.clear("its gateway stopped")
 
     async def clear(self, why: str) -> None:
@@ -348,7 +459,7 @@ class Snapshots:
         for snapshot in list(self._kept.values()):
             ready, snapshot.ready = snapshot.ready, None
             if ready is not None:
-                self._close(ready)
+                self._close(snapshot, ready)
         for snapshot in list(self._kept.values()):
             if snapshot.gone is None:
                 self._gone[snapshot.id] = (snapshot.user, why)
@@ -360,3 +471,15 @@ class Snapshots:
             self._end(snapshot)
         if self._ending:
             await asyncio.gather(*self._ending, return_exceptions=True)
+
+
+def _past(seen: int | None, reading: int | None) -> int:
+    """CPU milliseconds from the reading `seen` to `reading` (none where either is unknown,
+    or a reading older than one charged already)."""
+    if seen is None or reading is None:
+        return 0
+    return max(0, reading - seen)
+
+
+def _leaked(bucket: int) -> int:
+    return max(0, bucket - IDLE_LEAK_MS)

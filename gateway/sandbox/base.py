@@ -307,6 +307,13 @@ class SandboxBackend(abc.ABC):
         operators and the tests' leak census. Default: nothing."""
         return Footprint()
 
+    @property
+    def meters_cpu(self) -> bool:
+        """Whether every sandbox's `usage()` tells its CPU, from its start until it is
+        destroyed (CPU budgets need it: the gateway refuses them otherwise). Asked after
+        `startup`. Default: no."""
+        return False
+
     async def startup(self) -> None:  # noqa: B027 - optional hook
         """Called once by the gateway when it starts (e.g. to remove orphans of a crash),
         before the first `create`."""

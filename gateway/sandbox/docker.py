@@ -258,6 +258,12 @@ class DockerBackend(SandboxBackend):
             return None
         return None if found is None else KernelEnvironment(found, "image", image)
 
+    @property
+    def meters_cpu(self) -> bool:
+        # a container's own cgroup goes with it (a kernel that died): its usage is read from
+        # the parent the gateway makes, which only the cgroupfs driver takes
+        return self.cgroup_parents
+
     async def startup(self) -> None:
         timeout = max(1, int(self.config.docker_call_timeout))
         pool = self.config.max_concurrent_runs * 2 + KILL_WORKERS + 4

@@ -202,6 +202,10 @@ class LocalBackend(SandboxBackend):
         )
         return None if found is None else KernelEnvironment(found, "local")
 
+    @property
+    def meters_cpu(self) -> bool:
+        return self.features.cgroups
+
     async def startup(self) -> None:
         self.features = await asyncio.to_thread(probe_features, self.config)
         if self.multi_user and self.config.allow_network:

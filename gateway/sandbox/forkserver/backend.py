@@ -137,6 +137,10 @@ class ForkserverBackend(SandboxBackend):
         assert self.state is not None
         return self.state / "root"
 
+    @property
+    def meters_cpu(self) -> bool:
+        return True  # every sandbox is a cgroup of the backend's own
+
     async def startup(self) -> None:
         if self.config.allow_network and self.tenancy.multi_user:
             raise RuntimeError(
