@@ -24,6 +24,7 @@ from gateway.runs.quotas import DAY, HOUR, TICK, Quotas, retry_after
 from gateway.store.base import UsageRow
 from gateway.store.sqlite import SQLiteStore
 from tests import api
+from tests.api import code_cell_json, notebook_json
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread, forget_snapshots, serving
 
@@ -31,6 +32,7 @@ ALICE, BOB, ADMIN = "alice-token-0123456789", "bob-token-0123456789ab", "admin-t
 CAROL = "carol-token-0123456789a"
 DAVE = "dave-token-0123456789ab"
 ERIN = "erin-token-0123456789ab"
+GRACE = "grace-token-0123456789a"
 BUDGET_S = 1.0  # alice's CPU-seconds per hour
 
 # a run that spends CPU until it has spent `seconds` of its own (its own clock: the promise
@@ -61,6 +63,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
             CAROL: {"user": "carol", "cpu_seconds_per_hour": BUDGET_S, "cpu_seconds_per_day": 2},
             DAVE: {"user": "dave", "cpu_seconds_per_hour": BUDGET_S},
             ERIN: {"user": "erin", "cpu_seconds_per_day": BUDGET_S},
+            GRACE: {"user": "grace", "cpu_seconds_per_hour": BUDGET_S},
             ADMIN: {"user": "root", "role": "admin"},
         },
     )
@@ -238,6 +241,27 @@ def test_a_run_is_stopped_at_its_users_budget_and_then_refused(server: GatewayTh
     notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
     refused = alice.request("POST", "/v1/notebooks/run", {"notebook": notebook})
     assert refused.status == 429 and refused.json()["error"]["code"] == "quota"
+
+
+def test_a_replay_is_stopped_at_its_users_budget_between_its_cells(
+    server: GatewayThread,
+) -> None:
+    """A notebook replay is metered as a run is: stopped in the cell that spends the
+    budget, the cells before it kept with their outputs, the cells after it not run."""
+    grace = server.client(GRACE)
+    notebook = notebook_json(
+        code_cell_json("before", "print('before')"),
+        code_cell_json("spins", SPIN.format(seconds=BUDGET_S * 10)),
+        code_cell_json("after", "print('never')"),
+    )
+    answer = grace.request("POST", "/v1/notebooks/run", {"notebook": notebook, "timeout": 60})
+    assert answer.status == 200, answer.body[:500]
+    record, cells = answer.json()["run"], answer.json()["notebook"]["cells"]
+    assert (record["status"], record["kill_reason"]) == ("killed", "cpu_quota"), record
+    assert BUDGET_S <= record["usage"]["cpu_ms"] / 1000 <= BUDGET_S + 1.0, record["usage"]
+    assert cells[0]["outputs"][0]["text"] == "before\n"
+    assert "started" in json.dumps(cells[1]["outputs"])  # what the cell printed is kept
+    assert cells[2]["outputs"] == [] and cells[2]["execution_count"] is None, cells[2]
 
 
 def test_a_day_budget_is_held_over_the_rolling_day(server: GatewayThread) -> None:

@@ -19,7 +19,7 @@ from gateway import settings as settings_module
 from gateway.budget import Quota
 from gateway.errors import StoreUnavailable
 from gateway.models.record import RunRecord
-from gateway.store.base import RecordStore
+from gateway.store.base import RecordStore, UsageRow
 from gateway.store.config import StoreConfig
 from gateway.store.instance import InstanceTaken, instance_lock_key
 from gateway.store.migrate import migrations
@@ -65,6 +65,22 @@ def run(main: Callable[..., Awaitable[Any]], *stores: RecordStore) -> Any:
 
 def record(run_id: str, user: str = "ann", status: str = "queued") -> RunRecord:
     return RunRecord(id=run_id, language="python", user=user, code="1", status=status)  # type: ignore[arg-type]
+
+
+def test_a_final_record_brings_what_its_run_spent_to_the_ledger(make: Make) -> None:
+    """`finish` adds the run's usage to the ledger in the same trip (a run's end costs the
+    store one call): added to what a tick of the minute spent, the peak the highest."""
+
+    async def main(store: RecordStore) -> None:
+        await store.admit(record("run_1"), limit=10)
+        assert await store.spend("ann", 1000, 300, (60,)) == (300,)  # a tick of the run's
+        done = record("run_1", status="succeeded")
+        assert (await store.finish(done, usage=UsageRow("ann", 1000, 200, 1, 4096))).kept
+        assert await store.usage("ann", 0) == [UsageRow("ann", 1000, 500, 1, 4096)]
+        assert await store.finish(record("run_1", status="succeeded"))  # none: nothing added
+        assert await store.spent("ann", 1000, (60,)) == (500,)
+
+    run(main, make())
 
 
 def test_admit_stores_a_queued_record_up_to_the_users_limit(make: Make) -> None:
@@ -228,7 +244,10 @@ def test_a_replica_whose_lease_ran_out_has_its_runs_failed_by_another(dsn: str) 
         assert mine is not None and mine.status == "queued"
         # the replica that comes back: it lost the run, and its late result is not kept
         assert (await a.renew(["run_a"])).lost == {"run_a"}
-        assert not (await a.finish(record("run_a", status="succeeded"))).kept
+        spent = UsageRow("ann", 1000, 700, 1, 5)
+        assert not (await a.finish(record("run_a", status="succeeded"), usage=spent)).kept
+        # what it spent was spent all the same: the ledger has it
+        assert [(r.cpu_ms, r.runs) for r in await b.usage("ann", 0)] == [(700, 1)]
         still = await b.get("run_a")
         assert still is not None and still.status == "failed"
 

@@ -12,7 +12,8 @@ operator's default), held fleet-wide through the store's usage ledger.
                           answers the user's windows with it added (atomically, on any
                           replica); a window spent stops the run (`kill_reason: cpu_quota`)
     CpuMeter.close(...)   at its end: the rest of its CPU, the run itself and its peak
-                          memory, so that the ledger holds what the records say
+                          memory, which the store adds with the final record (`finish`),
+                          so that the ledger holds what the records say
     charge(user, cpu_ms)  what the user's snapshots spent while kept (`runs.snapshots`):
                           the ledger's only CPU that no record holds
 
@@ -20,7 +21,7 @@ The bound (DESIGN.md decision 26): a run is admitted only while every window has
 and a run stops within one tick of its user's window being spent, so what a user spends is
 at most the budget plus what the runs admitted could spend in one tick each (a sandbox's
 CPUs times `TICK`), plus the CPU a run spends between its last tick and its end. Metering
-without a budget costs one ledger write per run, at its end.
+without a budget costs no trip to the store of its own: the final record's carries it.
 """
 
 from __future__ import annotations
@@ -178,18 +179,16 @@ class CpuMeter:
                 return label
         return None
 
-    async def close(self, spent_ms: int | None, peak_memory_bytes: int | None) -> None:
-        """The run ended: the rest of its CPU, the run, its peak memory."""
+    def close(self, spent_ms: int | None, peak_memory_bytes: int | None) -> UsageRow:
+        """The run ended: what the ledger still lacks of it (the rest of its CPU, the run,
+        its peak memory), for the store to add with its final record (`finish`), then
+        `counted`."""
         rest = max(0, (spent_ms or 0) - self.reported)
-        await self.quotas.store.spend(
-            self.user,
-            minute_of(time.time()),
-            rest,
-            (),
-            runs=1,
-            peak_memory_bytes=peak_memory_bytes or 0,
-        )
         self.reported += rest
+        return UsageRow(self.user, minute_of(time.time()), rest, 1, peak_memory_bytes or 0)
+
+    def counted(self) -> None:
+        """The ledger has the whole run: Prometheus' counters too."""
         if self.quotas.on_spent is not None:
             self.quotas.on_spent(self.user, self.reported, 1)
 

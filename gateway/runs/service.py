@@ -49,7 +49,7 @@ from gateway.runs.quotas import FAILED_TICKS, STOP_GRACE, TICK, CpuMeter, Quotas
 from gateway.runs.slots import RunSlots
 from gateway.runs.snapshots import Snapshot, Snapshots
 from gateway.sandbox.base import SandboxBackend, SandboxSpec
-from gateway.store.base import UNFINISHED, Claimed, QueueFull, RecordStore
+from gateway.store.base import UNFINISHED, Claimed, QueueFull, RecordStore, UsageRow
 from gateway.uploads.service import UploadService
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -546,15 +546,15 @@ class RunService:
                     self.snapshots.prepare(active.source)  # for the next run from it
                 self.snapshots.release(active.source)
             self.metrics.run_finished(record.status, record.language, time.monotonic() - started)
-            if record.started_at is not None:  # it ran: what it spent goes to the ledger
-                try:
-                    await meter.close(record.usage.cpu_ms, record.usage.peak_memory_bytes)
-                except Exception:
-                    log.exception("run %s: its usage could not be counted", record.id)
+            # it ran: what it spent goes to the ledger, with the final record
+            usage = None
+            if record.started_at is not None:
+                usage = meter.close(record.usage.cpu_ms, record.usage.peak_memory_bytes)
             # still held (its lease renewed) until the store has the final record, however
             # long the store takes to come back
             try:
-                await self._keep(record)
+                if await self._keep(record, usage) and usage is not None:
+                    meter.counted()
             finally:
                 self.active.pop(record.id, None)
                 self._publish_leases()
@@ -658,23 +658,24 @@ class RunService:
             self.pools.kernel(execution.spec, active.cancel, snapshot.sandbox)
         )
 
-    async def _keep(self, record: RunRecord) -> None:
-        """Store a final record within its owner's quota (their oldest records make room)."""
+    async def _keep(self, record: RunRecord, usage: UsageRow | None = None) -> bool:
+        """Store a final record within its owner's quota (their oldest records make room),
+        and what the run spent (`usage`) in the ledger; whether the store took them."""
         quota = self.config.records_quota()
         for attempt in range(STORE_RETRIES + 1):
             try:
-                finished = await asyncio.shield(self.store.finish(record, quota))
+                finished = await asyncio.shield(self.store.finish(record, quota, usage))
                 break
             except StoreUnavailable:  # restarting, or briefly unreachable: try again
                 if attempt == 0:
                     log.warning("run %s: the store cannot take its record yet", record.id)
                 if attempt == STORE_RETRIES:
                     log.error("run %s: the store stayed unreachable; record lost", record.id)
-                    return
+                    return False
                 await asyncio.sleep(1.0)
             except Exception:
                 log.exception("run %s: its record could not be stored", record.id)
-                return
+                return False
         if not finished.kept:
             log.warning(
                 "run %s: another replica failed it meanwhile; that record stands", record.id
@@ -683,6 +684,7 @@ class RunService:
             log.info(
                 "user %r: %d oldest run record(s) deleted (quota)", record.user, finished.evicted
             )
+        return True
 
     async def get(self, run_id: str, user: str, admin: bool) -> RunRecord:
         if not _RUN_ID.fullmatch(run_id):  # never a lookup: no store is asked about a NUL

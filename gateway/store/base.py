@@ -284,9 +284,13 @@ class RecordStore(abc.ABC):
         """Store the progress of an unfinished run this replica owns (False: not ours)."""
 
     @abc.abstractmethod
-    async def finish(self, record: RunRecord, quota: Quota | None = None) -> Finished:
+    async def finish(
+        self, record: RunRecord, quota: Quota | None = None, usage: UsageRow | None = None
+    ) -> Finished:
         """Store a run's final record; with a quota, delete the owner's oldest finished
-        records while they keep more than it allows."""
+        records while they keep more than it allows; add `usage` (what the run spent) to the
+        ledger as `spend` does, in the same trip to the store, whether the record is kept
+        or not."""
 
     @abc.abstractmethod
     async def get(self, run_id: str) -> RunRecord | None: ...

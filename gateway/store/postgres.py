@@ -335,9 +335,13 @@ class PostgresStore(RecordStore):
             )
             return cursor.rowcount > 0
 
-    async def finish(self, record: RunRecord, quota: Quota | None = None) -> Finished:
+    async def finish(
+        self, record: RunRecord, quota: Quota | None = None, usage: UsageRow | None = None
+    ) -> Finished:
         payload = await dump(record)
         async with self.connection() as conn:
+            if usage is not None:  # spent, whoever's record stands
+                await _add_usage(conn, usage)
             await lock_user(conn, RUNS_LOCK, record.user)
             cursor = await conn.execute(
                 "UPDATE runs SET status = %s, record = %s, size = %s, summary = %s, "
@@ -416,14 +420,7 @@ class PostgresStore(RecordStore):
         peak_memory_bytes: int = 0,
     ) -> tuple[int, ...]:
         async with self.connection() as conn:
-            await conn.execute(
-                "INSERT INTO usage (owner, minute, cpu_ms, runs, peak_memory_bytes) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (owner, minute) DO UPDATE SET "
-                "cpu_ms = usage.cpu_ms + excluded.cpu_ms, runs = usage.runs + excluded.runs, "
-                "peak_memory_bytes = greatest(usage.peak_memory_bytes, "
-                "excluded.peak_memory_bytes)",
-                (user, minute, cpu_ms, runs, peak_memory_bytes),
-            )
+            await _add_usage(conn, UsageRow(user, minute, cpu_ms, runs, peak_memory_bytes))
             return await _windows(conn, user, minute, windows)  # this addition included
 
     async def spent(self, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:
@@ -604,6 +601,16 @@ def _position(text: str) -> dt.datetime:
     if value.utcoffset() != dt.timedelta(0) or value.isoformat() != text:
         raise InvalidPosition(text)
     return value
+
+
+async def _add_usage(conn: Conn, usage: UsageRow) -> None:
+    await conn.execute(
+        "INSERT INTO usage (owner, minute, cpu_ms, runs, peak_memory_bytes) "
+        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (owner, minute) DO UPDATE SET "
+        "cpu_ms = usage.cpu_ms + excluded.cpu_ms, runs = usage.runs + excluded.runs, "
+        "peak_memory_bytes = greatest(usage.peak_memory_bytes, excluded.peak_memory_bytes)",
+        (usage.user, usage.minute, usage.cpu_ms, usage.runs, usage.peak_memory_bytes),
+    )
 
 
 async def _windows(conn: Conn, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:

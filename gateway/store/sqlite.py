@@ -175,9 +175,16 @@ class SQLiteStore(RecordStore):
         await self._call(self._put, await _row(record))
         return True
 
-    async def finish(self, record: RunRecord, quota: Quota | None = None) -> Finished:
-        evicted: int = await self._call(self._put, await _row(record), quota)
+    async def finish(
+        self, record: RunRecord, quota: Quota | None = None, usage: UsageRow | None = None
+    ) -> Finished:
+        evicted: int = await self._call(self._finish, await _row(record), quota, usage)
         return Finished(evicted=evicted)
+
+    def _finish(self, row: _Row, quota: Quota | None, usage: UsageRow | None) -> int:
+        if usage is not None:
+            self._add_usage(usage)
+        return self._put(row, quota)
 
     async def amend(self, record: RunRecord) -> bool:
         changed: bool = await self._call(self._amend, await _row(record))
@@ -321,15 +328,17 @@ class SQLiteStore(RecordStore):
         runs: int,
         peak: int,
     ) -> tuple[int, ...]:
-        conn = self._conn()
-        conn.execute(
+        self._add_usage(UsageRow(user, minute, cpu_ms, runs, peak))
+        return self._spent(user, minute, windows)
+
+    def _add_usage(self, usage: UsageRow) -> None:
+        self._conn().execute(
             "INSERT INTO usage (user, minute, cpu_ms, runs, peak_memory_bytes) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user, minute) DO UPDATE SET "
             "cpu_ms = cpu_ms + excluded.cpu_ms, runs = runs + excluded.runs, "
             "peak_memory_bytes = max(peak_memory_bytes, excluded.peak_memory_bytes)",
-            (user, minute, cpu_ms, runs, peak),
+            dataclasses.astuple(usage),
         )
-        return self._spent(user, minute, windows)
 
     async def spent(self, user: str, minute: int, windows: tuple[int, ...]) -> tuple[int, ...]:
         found: tuple[int, ...] = await self._call(self._spent, user, minute, windows)
