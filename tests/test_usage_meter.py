@@ -251,8 +251,9 @@ def test_with_keep_cells_each_cell_counts_in_its_own_kernel(forked: Client) -> N
     assert record["status"] == "succeeded" and len(record["snapshots"]) == 3, record
     spent = [c["metadata"]["gateway"]["cpu_ms"] for c in cells]
     # each continuation starts where its snapshot's kernel had spent the cells before: a
-    # cell that counted them would show 400 ms or 600 ms more
-    assert 400 <= spent[0] <= 420 and 200 <= spent[1] <= 210 and spent[2] < 50, spent
+    # cell that counted them would show 400 ms or 600 ms more (the slack is the kernel's
+    # own work for a cell, its threads' included: 11 ms was seen on a loaded machine)
+    assert 400 <= spent[0] <= 450 and 200 <= spent[1] <= 250 and spent[2] < 50, spent
     assert sum(spent) <= record["usage"]["cpu_ms"] <= sum(spent) + 150, (spent, record["usage"])
 
 

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +51,14 @@ def _read(path: Path) -> str:
     return b"".join(chunks).decode("ascii", "replace")
 
 
+def _close_all(held: dict[Path, int], lock: threading.Lock) -> None:
+    with lock:
+        for fd in held.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        held.clear()
+
+
 def _counter(text: str, key: str) -> int:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
@@ -64,6 +74,13 @@ class Cgroup:
     def __init__(self, dirs: dict[str, Path], v2: bool) -> None:
         self.dirs = dirs
         self.v2 = v2
+        # the usage counters' files, held open from their first reading on, so that a
+        # reading is one pread (an open of a control file costs a path walk: 3-4 times the
+        # read; bench/README.md, "What metering costs"); closed by `close` (`remove` too:
+        # a removed group's open files keep it alive in the kernel), or with the object
+        self._held: dict[Path, int] = {}
+        self._held_lock = threading.Lock()  # `remove` may run in a thread
+        weakref.finalize(self, _close_all, self._held, self._held_lock)
 
     @property
     def name(self) -> str:
@@ -194,15 +211,37 @@ class Cgroup:
             found.update(int(p) for p in _read(procs).split())
         return found
 
+    def _held_text(self, path: Path) -> str:
+        """A usage counter's file, read through its descriptor held open ("" when it
+        cannot be read: the group is gone)."""
+        with self._held_lock:
+            fd = self._held.get(path)
+            try:
+                if fd is None:
+                    fd = self._held[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                return os.pread(fd, 4096, 0).decode("ascii", "replace")
+            except OSError:
+                return ""
+
+    def close(self) -> None:
+        """Close the counters' files held open (a later reading opens them again)."""
+        _close_all(self._held, self._held_lock)
+
     def cpu_ns(self) -> int | None:
         if self.v2:
-            text = _read(self.dirs["unified"] / "cpu.stat")
+            text = self._held_text(self.dirs["unified"] / "cpu.stat")
             return _counter(text, "usage_usec") * 1000 if text else None
-        text = _read(self.dirs["cpuacct"] / "cpuacct.usage").strip()
+        text = self._held_text(self.dirs["cpuacct"] / "cpuacct.usage").strip()
         return int(text) if text.isdigit() else None
 
     def peak_memory(self) -> int | None:
-        return self._memory("memory.peak", "memory.max_usage_in_bytes")
+        path = (
+            self.dirs["unified"] / "memory.peak"
+            if self.v2
+            else self.dirs["memory"] / "memory.max_usage_in_bytes"
+        )
+        text = self._held_text(path).strip()
+        return int(text) if text.isdigit() else None
 
     def current_memory(self) -> int | None:
         return self._memory("memory.current", "memory.usage_in_bytes")
@@ -255,6 +294,7 @@ class Cgroup:
             time.sleep(0.01)
 
     def remove(self) -> None:
+        self.close()
         for path in dict.fromkeys(self.dirs.values()):
             for _ in range(100):
                 try:

@@ -653,6 +653,9 @@ class DockerSandbox(ExitingSandbox[int | None]):
             if self.usage_group is not None:  # empty once the container is gone
                 await asyncio.to_thread(Cgroup.remove_named, self.usage_group.name)
         finally:
+            for group in (self.usage_group, self._cgroup):  # their counters' files
+                if group is not None:
+                    group.close()
             if self.container is not None and self.backend._watcher is not None:
                 self.backend._watcher.forget(self.container.id)
             if self.workspace_fd is not None:

@@ -1,0 +1,79 @@
+"""A sandbox's usage counters are read through descriptors held open (gateway/sandbox/
+cgroup.py: a reading is one pread, not an open, a read and a close), which must never
+outlive the group: a removed group's open files keep it alive in the kernel, and a gateway
+that ran a million runs must not hold a million descriptors. A real cgroup of this machine
+(the gateway's own, as root)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.sandbox.cgroup import Cgroup
+
+pytestmark = pytest.mark.fast
+
+
+def descriptors() -> set[str]:
+    """This process's open descriptors (after collecting what nothing refers to any more)."""
+    gc.collect()
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def group() -> Iterator[Cgroup]:
+    made = Cgroup.create(f"gateway-test-counters-{os.getpid()}", 64 << 20, 16, 1.0)
+    if made is None:
+        pytest.skip("no cgroup can be made here (the tests need root and cgroup v1 or v2)")
+    try:
+        yield made
+    finally:
+        made.kill_and_remove()
+
+
+def test_readings_follow_the_counters_through_held_descriptors(group: Cgroup) -> None:
+    before = descriptors()
+    assert group.usage().cpu_ms == 0
+    held = descriptors() - before
+    assert len(held) == 2  # the CPU counter's file and the peak memory's
+    # a process in the group spends CPU: the next readings, through the same descriptors, see it
+    spinner = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    try:
+        for procs in group.proc_files:
+            with open(procs, "w") as f:
+                f.write(str(spinner.pid))
+        time.sleep(0.5)
+        usage = group.usage()
+        assert usage.cpu_ms is not None and usage.cpu_ms >= 100, usage
+        assert usage.peak_memory_bytes is not None  # (v1 charges only what it allocates after)
+        assert descriptors() - before == held  # nothing opened again
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_a_removed_or_forgotten_group_holds_no_descriptor() -> None:
+    before = descriptors()
+    removed = Cgroup.create(f"gateway-test-removed-{os.getpid()}", 64 << 20, 16, 1.0)
+    if removed is None:
+        pytest.skip("no cgroup can be made here (the tests need root and cgroup v1 or v2)")
+    removed.usage()
+    removed.remove()
+    assert descriptors() == before
+    assert removed.usage().cpu_ms is None  # gone: no figure, and nothing held for it
+    assert descriptors() == before
+    forgotten = Cgroup.create(f"gateway-test-forgotten-{os.getpid()}", 64 << 20, 16, 1.0)
+    assert forgotten is not None
+    name, dirs = forgotten.name, list(forgotten.dirs.values())
+    forgotten.usage()
+    assert descriptors() != before
+    del forgotten
+    assert descriptors() == before  # closed with the object
+    for path in dict.fromkeys(dirs):
+        path.rmdir()
+    assert name
