@@ -65,6 +65,11 @@ def test_a_removed_or_forgotten_group_holds_no_descriptor() -> None:
     removed.usage()
     removed.remove()
     assert descriptors() == before
+    killed = Cgroup.create(f"gateway-test-killed-{os.getpid()}", 64 << 20, 16, 1.0)
+    assert killed is not None
+    killed.usage()
+    assert killed.kill_and_remove()  # the sandboxes' way
+    assert descriptors() == before
     assert removed.usage().cpu_ms is None  # gone: no figure, and nothing held for it
     assert descriptors() == before
     forgotten = Cgroup.create(f"gateway-test-forgotten-{os.getpid()}", 64 << 20, 16, 1.0)

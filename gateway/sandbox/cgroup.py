@@ -313,6 +313,7 @@ class Cgroup:
         nobody waits for it any more); a group that holds a process cannot be removed,
         and once it is removed, nobody can join it."""
         deadline = time.monotonic() + timeout
+        self.close()
         while True:
             self.kill_all(timeout=max(0.0, deadline - time.monotonic()))
             if self._removed():
