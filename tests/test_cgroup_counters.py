@@ -6,6 +6,7 @@ that ran a million runs must not hold a million descriptors. A real cgroup of th
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import subprocess
@@ -27,13 +28,11 @@ def descriptors() -> set[str]:
 
 @pytest.fixture
 def group() -> Iterator[Cgroup]:
-    made = Cgroup.create(f"gateway-test-counters-{os.getpid()}", 64 << 20, 16, 1.0)
-    if made is None:
-        pytest.skip("no cgroup can be made here (the tests need root and cgroup v1 or v2)")
+    counted = made("counters")
     try:
-        yield made
+        yield counted
     finally:
-        made.kill_and_remove()
+        counted.kill_and_remove()
 
 
 def test_readings_follow_the_counters_through_held_descriptors(group: Cgroup) -> None:
@@ -57,28 +56,28 @@ def test_readings_follow_the_counters_through_held_descriptors(group: Cgroup) ->
         spinner.wait()
 
 
+def made(kind: str) -> Cgroup:
+    group = Cgroup.create(f"gateway-test-{kind}-{os.getpid()}", 64 << 20, 16, 1.0)
+    if group is None:
+        pytest.skip("no cgroup can be made here (the tests need root and cgroup v1 or v2)")
+    return group
+
+
 def test_a_removed_or_forgotten_group_holds_no_descriptor() -> None:
     before = descriptors()
-    removed = Cgroup.create(f"gateway-test-removed-{os.getpid()}", 64 << 20, 16, 1.0)
-    if removed is None:
-        pytest.skip("no cgroup can be made here (the tests need root and cgroup v1 or v2)")
-    removed.usage()
-    removed.remove()
-    assert descriptors() == before
-    killed = Cgroup.create(f"gateway-test-killed-{os.getpid()}", 64 << 20, 16, 1.0)
-    assert killed is not None
-    killed.usage()
-    assert killed.kill_and_remove()  # the sandboxes' way
-    assert descriptors() == before
-    assert removed.usage().cpu_ms is None  # gone: no figure, and nothing held for it
-    assert descriptors() == before
-    forgotten = Cgroup.create(f"gateway-test-forgotten-{os.getpid()}", 64 << 20, 16, 1.0)
-    assert forgotten is not None
-    name, dirs = forgotten.name, list(forgotten.dirs.values())
-    forgotten.usage()
-    assert descriptors() != before
-    del forgotten
-    assert descriptors() == before  # closed with the object
-    for path in dict.fromkeys(dirs):
-        path.rmdir()
-    assert name
+    removed, killed, forgotten = made("removed"), made("killed"), made("forgotten")
+    folders = [path for g in (removed, killed, forgotten) for path in g.dirs.values()]
+    try:
+        removed.usage()
+        removed.remove()
+        assert removed.usage().cpu_ms is None  # gone: no figure, and nothing held for it
+        killed.usage()
+        assert killed.kill_and_remove()  # the sandboxes' way
+        forgotten.usage()
+        assert descriptors() != before  # the forgotten group's two
+        del forgotten
+        assert descriptors() == before  # closed with the object
+    finally:
+        for path in dict.fromkeys(folders):
+            with contextlib.suppress(FileNotFoundError):
+                path.rmdir()
