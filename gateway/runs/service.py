@@ -617,7 +617,7 @@ class RunService:
         if spent:
             note = "The kernel's state was not kept: your CPU budget ran out while it was kept."
         # from its reading on, what the sandbox spends is the snapshot's (`Snapshots.watch`)
-        after = snapshot.cpu_seen if snapshot is not None else await cpu_of(session.sandbox)
+        after = snapshot.idle.seen if snapshot is not None else await cpu_of(session.sandbox)
         if before is not None and after is not None and record.usage.cpu_ms is not None:
             record.usage.cpu_ms += max(0, after - before)  # keeping runs the kernel's hooks too
         if note is not None:

@@ -64,6 +64,20 @@ IDLE_LEAK_MS = 50  # what an idle one may spend each check, for ever
 MAX_DEPTH = 30
 
 
+@dataclasses.dataclass
+class IdleCpu:
+    """What a sandbox no run holds has spent: its last reading charged, and the leaky
+    bucket of what it spent idle beyond `IDLE_LEAK_MS` a check."""
+
+    seen: int | None = None
+    bucket: int = 0
+
+    def fill(self, spent_ms: int) -> bool:
+        """Add a check's CPU; whether the bucket is past `IDLE_CPU_MS` (it spins)."""
+        self.bucket = max(0, self.bucket + spent_ms - IDLE_LEAK_MS)
+        return self.bucket > IDLE_CPU_MS
+
+
 @dataclasses.dataclass(eq=False)
 class Snapshot:
     id: str
@@ -81,12 +95,9 @@ class Snapshot:
     ready: KernelSession | None = None
     readying: asyncio.Task[None] | None = None
     cell: int | None = None  # a replay's (`keep: "cells"`): the cell after which it was kept
-    # the CPU readings of its sandbox and of its continuation made ahead charged so far
-    cpu_seen: int | None = None
-    ready_cpu_seen: int | None = None
-    # what each spent idle beyond `IDLE_LEAK_MS` a check (the leaky buckets)
-    idle_spent: int = 0
-    ready_idle_spent: int = 0
+    # what its sandbox, and its continuation made ahead, spent idle (`Snapshots.watch`)
+    idle: IdleCpu = dataclasses.field(default_factory=IdleCpu)
+    ready_idle: IdleCpu = dataclasses.field(default_factory=IdleCpu)
     # when it last forked (a continuation asked of it; kept: its freeze), which its sandbox
     # spends CPU on
     forked: float = dataclasses.field(default_factory=time.monotonic)
@@ -169,7 +180,7 @@ class Snapshots:
             parent=parent,
             depth=depth,
             holders=int(hold),
-            cpu_seen=seen,
+            idle=IdleCpu(seen),
         )
         if parent is not None:
             parent.holders += 1
@@ -254,8 +265,8 @@ class Snapshots:
         if session is not None and snapshot.gone is None:
             snapshot.ready = session  # with its hold
             # its start is its owner's too; what it spends from now on is idle
-            snapshot.ready_cpu_seen, snapshot.ready_idle_spent = 0, 0
-            await self._charge_ready(snapshot, session)
+            snapshot.ready_idle = IdleCpu(0)
+            await self._charge_idle(snapshot.user, session.sandbox, snapshot.ready_idle)
             return
         if session is not None:
             await session.close()
@@ -279,7 +290,7 @@ class Snapshots:
 
         async def close() -> None:
             try:
-                await self._charge_ready(snapshot, session)
+                await self._charge_idle(snapshot.user, session.sandbox, snapshot.ready_idle)
             finally:
                 await session.close()
 
@@ -350,7 +361,7 @@ class Snapshots:
 
     async def _destroy(self, snapshot: Snapshot) -> None:
         try:
-            await self._charge_kept(snapshot)
+            await self._charge_idle(snapshot.user, snapshot.sandbox, snapshot.idle)
         finally:
             await snapshot.sandbox.destroy()
 
@@ -391,19 +402,17 @@ class Snapshots:
         for snapshot in list(self._kept.values()):
             if self._kept.get(snapshot.id) is not snapshot:
                 continue  # ended meanwhile: its last reading was charged then
-            spent = await self._charge_kept(snapshot)
-            if now - snapshot.forked >= 2 * IDLE_CHECK:  # not forking a continuation
-                snapshot.idle_spent = _leaked(snapshot.idle_spent + spent)
-            if snapshot.idle_spent > IDLE_CPU_MS and snapshot.gone is None:
+            spent = await self._charge_idle(snapshot.user, snapshot.sandbox, snapshot.idle)
+            forking = now - snapshot.forked < 2 * IDLE_CHECK  # its spend is a continuation's
+            if not forking and snapshot.idle.fill(spent) and snapshot.gone is None:
                 log.warning("snapshot %s spent CPU idle: it goes", snapshot.id)
                 self._go(snapshot, "ended: its kernel kept running after it was kept")
                 continue
             ready = snapshot.ready
             if ready is None:
                 continue
-            spent = await self._charge_ready(snapshot, ready)
-            snapshot.ready_idle_spent = _leaked(snapshot.ready_idle_spent + spent)
-            if snapshot.ready_idle_spent <= IDLE_CPU_MS:
+            spent = await self._charge_idle(snapshot.user, ready.sandbox, snapshot.ready_idle)
+            if not snapshot.ready_idle.fill(spent):
                 continue
             if snapshot.ready is ready:  # not taken meanwhile: closed, the next run starts one
                 log.warning("snapshot %s's continuation spent CPU idle", snapshot.id)
@@ -411,31 +420,21 @@ class Snapshots:
                 self._close(snapshot, ready)
                 self.release(snapshot)
 
-    async def _charge_kept(self, snapshot: Snapshot) -> int:
-        """Charge what `snapshot`'s sandbox spent since its last reading: that much."""
-        reading = await cpu_of(snapshot.sandbox)
-        spent = _past(snapshot.cpu_seen, reading)
-        if spent:
-            snapshot.cpu_seen = reading
-            await self._charged(snapshot.user, spent)
+    async def _charge_idle(self, user: str, sandbox: Sandbox, idle: IdleCpu) -> int:
+        """Charge `user` what `sandbox` (a snapshot's, or its continuation made ahead's)
+        spent since `idle`'s last reading: that much (none where it cannot tell)."""
+        reading = await cpu_of(sandbox)
+        if idle.seen is None or reading is None or reading <= idle.seen:
+            return 0
+        spent, idle.seen = reading - idle.seen, reading
+        if self._charge is not None:
+            try:
+                await self._charge(user, spent)
+            except Exception as exc:  # the store: a snapshot is not ended for it
+                log.warning(
+                    "%d ms of %s's snapshots' CPU could not be counted: %s", spent, user, exc
+                )
         return spent
-
-    async def _charge_ready(self, snapshot: Snapshot, session: KernelSession) -> int:
-        """Charge what `snapshot`'s continuation made ahead spent since its last reading."""
-        reading = await cpu_of(session.sandbox)
-        spent = _past(snapshot.ready_cpu_seen, reading)
-        if spent:
-            snapshot.ready_cpu_seen = reading
-            await self._charged(snapshot.user, spent)
-        return spent
-
-    async def _charged(self, user: str, cpu_ms: int) -> None:
-        if self._charge is None:
-            return
-        try:
-            await self._charge(user, cpu_ms)
-        except Exception as exc:  # the store: a snapshot is not ended for it
-            log.warning("%d ms of %s's snapshots' CPU could not be counted: %s", cpu_ms, user, exc)
 
     @property
     def busy(self) -> bool:
@@ -471,15 +470,3 @@ class Snapshots:
             self._end(snapshot)
         if self._ending:
             await asyncio.gather(*self._ending, return_exceptions=True)
-
-
-def _past(seen: int | None, reading: int | None) -> int:
-    """CPU milliseconds from the reading `seen` to `reading` (none where either is unknown,
-    or a reading older than one charged already)."""
-    if seen is None or reading is None:
-        return 0
-    return max(0, reading - seen)
-
-
-def _leaked(bucket: int) -> int:
-    return max(0, bucket - IDLE_LEAK_MS)
