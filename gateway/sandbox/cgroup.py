@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -235,21 +236,18 @@ class Cgroup:
         return int(text) if text.isdigit() else None
 
     def peak_memory(self) -> int | None:
-        path = (
-            self.dirs["unified"] / "memory.peak"
-            if self.v2
-            else self.dirs["memory"] / "memory.max_usage_in_bytes"
-        )
-        text = self._held_text(path).strip()
-        return int(text) if text.isdigit() else None
+        return self._memory("memory.peak", "memory.max_usage_in_bytes", self._held_text)
 
     def current_memory(self) -> int | None:
         return self._memory("memory.current", "memory.usage_in_bytes")
 
-    def _memory(self, v2_file: str, v1_file: str) -> int | None:
-        """Bytes from one of the memory controller's files (v2's or v1's name of it)."""
+    def _memory(
+        self, v2_file: str, v1_file: str, read: Callable[[Path], str] = _read
+    ) -> int | None:
+        """Bytes from one of the memory controller's files (v2's or v1's name of it), read
+        by `read` (a usage counter's: through its held descriptor)."""
         path = self.dirs["unified"] / v2_file if self.v2 else self.dirs["memory"] / v1_file
-        text = _read(path).strip()
+        text = read(path).strip()
         return int(text) if text.isdigit() else None
 
     def oom_killed(self) -> bool:
