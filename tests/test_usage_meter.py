@@ -47,6 +47,12 @@ result = spent
 """
 
 
+# What a cell costs beyond its code: the kernel's own work on the request (its parse,
+# compile, messages, threads), which a cell of `x = 1` shows alone. 12-17 ms was seen on a
+# loaded 2-core machine; a cell's CPU is its code's within 5 %, plus at most this.
+CELL_WORK_MS = 50
+
+
 def spin(seconds: float) -> str:
     """Python that spends `seconds` of its own thread's CPU."""
     return f"import time\nt = time.thread_time()\nwhile time.thread_time() - t < {seconds}: pass\n"
@@ -126,9 +132,10 @@ def test_each_cell_of_a_replay_has_its_own_cpu_and_they_add_up_to_at_most_the_ru
     figures = [c["metadata"].get("gateway") for c in cells]
     assert figures[1] is None and figures[3] is None, figures  # markdown; not run: none
     spun, idle, more = figures[0], figures[2], figures[4]
-    assert 600 <= spun["cpu_ms"] <= 630, figures  # 0.6 s of CPU, within 5 %
-    assert 300 <= more["cpu_ms"] <= 315, figures
-    assert 0 <= idle["cpu_ms"] < 50, figures
+    # 0.6 s and 0.3 s of CPU, within 5 %, and the kernel's own work for the cell
+    assert 600 <= spun["cpu_ms"] <= 630 + CELL_WORK_MS, figures
+    assert 300 <= more["cpu_ms"] <= 315 + CELL_WORK_MS, figures
+    assert 0 <= idle["cpu_ms"] < CELL_WORK_MS, figures
     assert spun["duration_ms"] >= 600 and idle["duration_ms"] >= 0, figures
     total = spun["cpu_ms"] + idle["cpu_ms"] + more["cpu_ms"]
     assert total <= record["usage"]["cpu_ms"] <= total + 100, (figures, record["usage"])
@@ -252,8 +259,9 @@ def test_with_keep_cells_each_cell_counts_in_its_own_kernel(forked: Client) -> N
     spent = [c["metadata"]["gateway"]["cpu_ms"] for c in cells]
     # each continuation starts where its snapshot's kernel had spent the cells before: a
     # cell that counted them would show 400 ms or 600 ms more (the slack is the kernel's
-    # own work for a cell, its threads' included: 11 ms was seen on a loaded machine)
-    assert 400 <= spent[0] <= 450 and 200 <= spent[1] <= 250 and spent[2] < 50, spent
+    # own work for a cell, its threads' included)
+    assert 400 <= spent[0] <= 420 + CELL_WORK_MS, spent
+    assert 200 <= spent[1] <= 210 + CELL_WORK_MS and spent[2] < CELL_WORK_MS, spent
     assert sum(spent) <= record["usage"]["cpu_ms"] <= sum(spent) + 150, (spent, record["usage"])
 
 
