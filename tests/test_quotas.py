@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,8 @@ CAROL = "carol-token-0123456789a"
 DAVE = "dave-token-0123456789ab"
 ERIN = "erin-token-0123456789ab"
 GRACE = "grace-token-0123456789a"
+HEIDI = "heidi-token-0123456789a"  # no budget: for what needs a run of its own
+USERS = {"alice", "bob", "carol", "dave", "erin", "grace", "heidi", "root"}  # the tokens file's
 BUDGET_S = 1.0  # alice's CPU-seconds per hour
 
 # a run that spends CPU until it has spent `seconds` of its own (its own clock: the promise
@@ -64,6 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
             DAVE: {"user": "dave", "cpu_seconds_per_hour": BUDGET_S},
             ERIN: {"user": "erin", "cpu_seconds_per_day": BUDGET_S},
             GRACE: {"user": "grace", "cpu_seconds_per_hour": BUDGET_S},
+            HEIDI: {"user": "heidi"},
             ADMIN: {"user": "root", "role": "admin"},
         },
     )
@@ -335,18 +339,25 @@ def test_runs_per_minute_and_another_users_runs(server: GatewayThread) -> None:
 
 
 def test_who_sees_whose_usage(server: GatewayThread) -> None:
-    bob = server.client(BOB)
-    assert [u["user"] for u in usage_of(bob)["users"]] == ["bob"]
-    refused = bob.request("GET", "/v1/usage?user=alice")
+    heidi, admin = server.client(HEIDI), server.client(ADMIN)
+    for client in (heidi, admin):  # each has run something, whatever ran before
+        assert post(client, {"code": "print(1)"})[0] == 200
+    assert [u["user"] for u in usage_of(heidi)["users"]] == ["heidi"]
+    refused = heidi.request("GET", "/v1/usage?user=alice")
     assert refused.status == 403 and refused.json()["error"]["field"] == "user"
-    admin = server.client(ADMIN)
     everyone = {u["user"] for u in usage_of(admin)["users"]}
-    assert {"bob", "root"} <= everyone
-    assert [u["user"] for u in usage_of(admin, "?user=bob")["users"]] == ["bob"]
-    assert bob.request("GET", "/v1/usage?user=a&user=b").status == 400
+    assert {"heidi", "root"} <= everyone
+    assert [u["user"] for u in usage_of(admin, "?user=heidi")["users"]] == ["heidi"]
+    assert heidi.request("GET", "/v1/usage?user=a&user=b").status == 400
+    # a stranger's requests, refused at the door, name nobody in the metrics
+    stranger = server.client("mallory-token-0123456789")
+    assert stranger.request("POST", "/v1/runs", {"code": "print(1)"}).status == 401
     metrics = admin.request("GET", "/metrics").body.decode()
-    assert 'gateway_user_runs_total{user="bob"}' in metrics
+    assert 'gateway_user_runs_total{user="heidi"}' in metrics
     assert 'gateway_user_cpu_seconds_total{user="root"}' in metrics
+    # the labels are the tokens file's users, a bounded set, whatever was sent
+    labelled = set(re.findall(r'^gateway_user_\w+\{user="([^"]*)"\}', metrics, re.M))
+    assert labelled and labelled <= USERS, labelled
     assert TICK <= 0.5  # what "within a second of CPU" rests on (DESIGN decision 26)
 
 
