@@ -19,9 +19,10 @@ from tests.postgres import Server
 from tests.support import DOCKER_IMAGE, REAL_BACKENDS, Client, GatewayThread, serving, wait_for
 
 # GATEWAY_TEST_BACKENDS (comma-separated) narrows them, e.g. to run one file on forkserver
+ALL_BACKENDS = ("local", "docker", "forkserver")
 BACKENDS = tuple(
     name
-    for name in ("local", "docker", "forkserver")
+    for name in ALL_BACKENDS
     if name in os.environ.get("GATEWAY_TEST_BACKENDS", "local,docker,forkserver").split(",")
 )
 
@@ -29,6 +30,7 @@ BACKENDS = tuple(
 def pytest_configure(config: pytest.Config) -> None:
     # Every process a sandbox leaves behind is reparented to pytest, where the census sees it.
     census.become_subreaper()
+    config.pluginmanager.register(OneBackend(), "one_backend")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -61,6 +63,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if wrong:
         raise pytest.UsageError(f"tests marked fast that use a real gateway: {wrong[:5]}")
+
+
+class OneBackend:
+    """Tests marked `one_backend` hold promises of the gateway above the sandbox (a record's
+    shape and caps, the tools' answers, the WebSocket's events, a replay's fidelity to
+    nbclient): a backend shows them no differently from another, so they run on one
+    (`chosen`), and their other backends' instances are deselected, not skipped. What only
+    a backend shows (its kernels' start and end, limits, files, isolation, languages, leaks)
+    stays unmarked and runs on each."""
+
+    @pytest.hookimpl(trylast=True)  # after `-m`: a tier without such tests probes nothing
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        marked = {item.nodeid: backend for item in items if (backend := one_backend_of(item))}
+        if not marked:
+            return
+        chosen = chosen_backend()
+        dropped = [item for item in items if marked.get(item.nodeid, chosen) != chosen]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if marked.get(item.nodeid, chosen) == chosen]
+
+
+def one_backend_of(item: pytest.Item) -> str | None:
+    """The backend of a test marked `one_backend` (its `gateway`, `backend_name` or other
+    backend-parametrised fixture), or None (not marked, or not parametrised by backend)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or item.get_closest_marker("one_backend") is None:
+        return None
+    found = [value for value in callspec.params.values() if value in ALL_BACKENDS]
+    return str(found[0]) if found else None
+
+
+def chosen_backend() -> str:
+    """Where `one_backend` tests run: GATEWAY_TEST_ONE_BACKEND, else forkserver where it can
+    run or is required (the cheapest real backend: a kernel is a fork, its runs the fastest
+    of the three, bench/README.md), else local."""
+    named = os.environ.get("GATEWAY_TEST_ONE_BACKEND")
+    if named:
+        if named not in BACKENDS:
+            raise pytest.UsageError(f"GATEWAY_TEST_ONE_BACKEND={named} is not one of {BACKENDS}")
+        return named
+    if "forkserver" in BACKENDS and ("forkserver" in needs.required() or forkserver_status()[0]):
+        return "forkserver"
+    return "local" if "local" in BACKENDS or not BACKENDS else BACKENDS[0]
 
 
 @pytest.fixture(autouse=True)

@@ -23,6 +23,9 @@ from tests.conftest import BACKENDS, start_gateway
 from tests.stream_client import connect, outputs_of, stream_text
 from tests.support import Client, GatewayThread
 
+# the gateway's promises above the sandbox: one backend shows them (conftest.OneBackend)
+pytestmark = pytest.mark.one_backend
+
 # API.md: "language": "python" | "bash"; an unsupported one is refused naming them all.
 SUPPORTED = ("python", "bash", "javascript", "typescript", "r")  # docs/API.md's languages
 

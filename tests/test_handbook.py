@@ -1,5 +1,5 @@
 """The Python Data Science Handbook's chapters 4 and 5 run with no module missing (issue 23):
-a subset of their notebooks (notebooks/handbook/, the code cells only) replayed on every
+a subset of their notebooks (notebooks/handbook/, the code cells only) replayed on one
 backend whose kernels have the scientific stack (the Docker image's default profile).
 
 What may still fail are the book's own errors: matplotlib styles renamed since, datasets
@@ -16,7 +16,9 @@ import pytest
 from tests import kernel_environment
 from tests.support import REPO, GatewayThread
 
-pytestmark = pytest.mark.slow
+# the promise is the image's (its default profile's modules): Docker's kernels and forkserver's
+# run in the same image files, so one backend shows it (conftest.OneBackend)
+pytestmark = [pytest.mark.slow, pytest.mark.one_backend]
 
 HANDBOOK = REPO / "notebooks" / "handbook"
 # what chapters 4 and 5 import, by the name each is installed under

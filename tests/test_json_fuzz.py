@@ -4,7 +4,7 @@ answer is a run or the API's 4xx error shape, never a 500.
 Bodies are built by hypothesis from JSON values whose object keys are mostly the fields the
 endpoints know, so that the fuzzing gets past "unknown field" into every field's checks.
 The parsers are called directly (many cases, no kernel) and through the real gateway on
-both backends (fewer cases: a valid body really runs, with its timeouts cut to 1 s)."""
+one backend (conftest.OneBackend) (fewer cases: a valid body really runs, with its timeouts cut to 1 s)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ from gateway.tools.run_python import parse_run_python
 from tests.support import Client, GatewayThread, part_config
 from tests.ws_client import open_stream, receive
 
-pytestmark = pytest.mark.attack
+# the gateway's promises above the sandbox: one backend shows them (conftest.OneBackend)
+pytestmark = [pytest.mark.attack, pytest.mark.one_backend]
 
 RUN_FIELDS = frozenset(RunBody.model_fields)
 CODE_EXEC_FIELDS = frozenset(CodeExecBody.model_fields)

@@ -1,7 +1,9 @@
-"""POST /v1/notebooks/run: the golden notebooks of notebooks/ replayed on every backend and
-compared, cell by cell, with what nbclient (the reference executor) makes of them in this
-session (notebook_compare.py); and the endpoint's behaviour: state between cells,
-allow_errors, timeouts, files, caps, 400s.
+"""POST /v1/notebooks/run: the golden notebooks of notebooks/ replayed and compared, cell by
+cell, with what nbclient (the reference executor) makes of them in this session
+(notebook_compare.py); and the endpoint's behaviour: state between cells, allow_errors,
+timeouts, files, caps, 400s. What reaches a sandbox (state, timeouts, files, a cancel) runs
+on every backend; what is the gateway's alone (the comparison, tags, caps, 400s) on one
+(conftest.OneBackend).
 
 The outputs stored in notebooks/ are nbclient's too (`python -m tests.regenerate_notebooks`);
 a test checks that they still are.
@@ -107,6 +109,7 @@ def test_every_stored_notebook_is_a_golden_test() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted({**GOLDEN, **HAND_CHECKED})
 
 
+@pytest.mark.one_backend
 @pytest.mark.parametrize("name", sorted(HAND_CHECKED))
 def test_hand_checked_notebook_replays_as_stored(client: Client, name: str) -> None:
     options, status, language = HAND_CHECKED[name]
@@ -127,6 +130,7 @@ def test_stored_outputs_are_the_reference_executors(
     assert_same_execution(read(name), references[name][0])
 
 
+@pytest.mark.one_backend
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_golden_notebook_replays_like_the_reference_executor(
     client: Client, name: str, references: dict[str, tuple[dict[str, Any], dict[str, bytes]]]
@@ -167,6 +171,7 @@ def test_state_flows_between_cells_but_not_between_requests(client: Client) -> N
     assert second["run"]["stdout"] == "False False\n"
 
 
+@pytest.mark.one_backend
 def test_a_failing_cell_stops_the_replay_by_default(client: Client) -> None:
     nb = notebook("print('a')", "raise ValueError('boom')", "print('b')")
     nb["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "stale\n"}]
@@ -181,6 +186,7 @@ def test_a_failing_cell_stops_the_replay_by_default(client: Client) -> None:
     assert any("In [2] failed" in note for note in run["notes"])
 
 
+@pytest.mark.one_backend
 def test_allow_errors_runs_every_cell_and_reports_the_first_error(client: Client) -> None:
     nb = notebook("raise ValueError('first')", "print('b')", "{}['missing']", "print('c')")
     answer = replay(client, nb, allow_errors=True)
@@ -195,6 +201,7 @@ def test_allow_errors_runs_every_cell_and_reports_the_first_error(client: Client
     ]
 
 
+@pytest.mark.one_backend
 def test_cells_tagged_raises_exception_or_skip_execution(client: Client) -> None:
     nb = notebook(
         "1/0",
@@ -286,6 +293,7 @@ def test_files_are_staged_and_returned(client: Client) -> None:
     assert "error" in files["missing.txt"]
 
 
+@pytest.mark.one_backend
 def test_the_body_may_be_the_notebook_itself(client: Client) -> None:
     nb = notebook("x = 2", "x * 21")
     response = client.request(
@@ -297,6 +305,7 @@ def test_the_body_may_be_the_notebook_itself(client: Client) -> None:
     assert cells[1]["outputs"][0]["execution_count"] == 2
 
 
+@pytest.mark.one_backend
 def test_run_record_and_its_notebook_can_be_fetched_again(client: Client) -> None:
     nb = notebook("print('one')", "print('two')")
     nb["cells"].insert(1, json.loads(json.dumps(new_markdown_cell("# between"))))
@@ -314,6 +323,7 @@ def test_run_record_and_its_notebook_can_be_fetched_again(client: Client) -> Non
     assert [c["cell_type"] for c in again["cells"]] == ["code", "markdown", "code"]
 
 
+@pytest.mark.one_backend
 def test_old_and_loose_notebooks_are_accepted(client: Client) -> None:
     v3 = {
         "nbformat": 3,
@@ -383,6 +393,7 @@ def test_old_and_loose_notebooks_are_accepted(client: Client) -> None:
          "unsupported_language", "julia"),
     ],
 )  # fmt: skip
+@pytest.mark.one_backend
 def test_bad_requests_are_400_with_the_reason(
     local_client: Client, body: dict[str, Any], code: str, reason: str
 ) -> None:
@@ -399,6 +410,7 @@ def capped(backend_name: str) -> Iterator[GatewayThread]:
     )
 
 
+@pytest.mark.one_backend
 def test_caps_apply_to_the_whole_notebook(capped: GatewayThread) -> None:
     show = "from IPython.display import HTML, display\ndisplay(HTML('<p>' + 'x' * 10000))"
     nb = notebook(*[f"print('{i}' * 4000)" for i in range(4)], show, show, show, "print('end')")

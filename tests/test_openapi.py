@@ -31,6 +31,9 @@ from tests.openapi_support import (
 from tests.openapi_support import FUZZ_TOKEN as TOKEN
 from tests.support import Client, GatewayThread
 
+# the gateway's promises above the sandbox: one backend shows them (conftest.OneBackend)
+pytestmark = pytest.mark.one_backend
+
 # --- the document itself --------------------------------------------------------------------
 
 

@@ -1,6 +1,8 @@
 """stdout and stderr come back in the order the program wrote them (issue 14): a run's `output`
 and `outputs`, code_exec's `[stderr] ` lines, code_run's output, the WebSocket's events and
-the page, for both kernels on both backends; caps keep the head and tail of that order."""
+the page, for both kernels on every backend; caps keep the head and tail of that order. What the
+surfaces make of one order (caps, tools, the WebSocket, the page) runs on one backend
+(conftest.OneBackend)."""
 
 from __future__ import annotations
 
@@ -173,6 +175,7 @@ def test_bash_reopened_stderr_and_redirected_stderr_still_work(client: Client) -
     assert record["output"] == "a\nx\nb\n"
 
 
+@pytest.mark.one_backend
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_caps_keep_the_head_and_tail_of_the_ordered_output(
     backend_name: str, language: str
@@ -196,6 +199,7 @@ def test_caps_keep_the_head_and_tail_of_the_ordered_output(
 # --- the tools ----------------------------------------------------------------------------
 
 
+@pytest.mark.one_backend
 def test_code_exec_prefixes_exactly_the_stderr_lines(client: Client) -> None:
     code = (
         "import sys\nprint('o1')\nprint('e1', file=sys.stderr)\nprint('o2')\n"
@@ -206,6 +210,7 @@ def test_code_exec_prefixes_exactly_the_stderr_lines(client: Client) -> None:
     assert answer["output"] == "o1\n[stderr] e1\no2\n[stderr] e2\no3\n"
 
 
+@pytest.mark.one_backend
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_code_run_output_is_in_write_order(client: Client, language: str) -> None:
     answer = tool(
@@ -232,6 +237,7 @@ async def _stream_events(port: int, language: str, code: str) -> list[dict[str, 
         return events
 
 
+@pytest.mark.one_backend
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_websocket_output_events_come_in_write_order(gateway: GatewayThread, language: str) -> None:
     code = alternating_code(language, 50)
@@ -259,6 +265,7 @@ ON_THE_PAGE = {  # the page's own samples space their writes out: tighter tests
 }
 
 
+@pytest.mark.one_backend
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_the_page_shows_streams_in_write_order(
     chromium_browser: Any, gateway: GatewayThread, language: str

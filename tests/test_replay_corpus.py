@@ -1,6 +1,7 @@
 """The replay corpus (issue 12): notebooks of notebooks/corpus/ (NumPy and matplotlib
 chapters in the manner of a data-science book, tests/corpus.py) replayed with
-`POST /v1/notebooks/run` on each backend, and compared cell by cell with nbclient's execution
+`POST /v1/notebooks/run` on one backend (conftest.OneBackend: forkserver's kernels run in the
+Docker image's files), and compared cell by cell with nbclient's execution
 of them in this session (notebook_compare.py): error verdict and name, outputs and their
 types, stream text, text/plain, HTML, images by size and marks. A failure names every
 differing cell.
@@ -20,6 +21,9 @@ import pytest
 from tests import corpus
 from tests.notebook_compare import cell_differences, execute_reference
 from tests.support import Client
+
+# the gateway's promises above the sandbox: one backend shows them (conftest.OneBackend)
+pytestmark = pytest.mark.one_backend
 
 EXPECTED_ERROR_TAG = "raises-exception"
 

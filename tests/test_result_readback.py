@@ -14,6 +14,9 @@ from gateway.execution.kernel import KernelClient
 from gateway.execution.value import RESULT_EXPRESSION, evaluated_result
 from tests.support import GatewayThread
 
+# the gateway's promises above the sandbox: one backend shows them (conftest.OneBackend)
+pytestmark = pytest.mark.one_backend
+
 Sent = list[tuple[int, str, bool, dict[str, str] | None]]
 
 

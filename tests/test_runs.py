@@ -1,4 +1,5 @@
-"""The behavioural suite of POST /v1/runs, run against every backend (real kernels)."""
+"""The behavioural suite of POST /v1/runs, run against every backend (real kernels); what is
+the gateway's alone (a record's fields, the clamp) on one (conftest.OneBackend)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ def test_stdout_and_stderr_apart_and_interleaved_in_order(client: Client) -> Non
     assert [o["name"] for o in record["outputs"]] == ["stdout", "stderr", "stdout"]
 
 
+@pytest.mark.one_backend
 def test_uncaught_exception_is_a_failed_run_not_an_http_error(client: Client) -> None:
     record = client.run(code="print('before')\n1/0")
     assert record["status"] == "failed" and record["success"] is False
@@ -100,6 +102,7 @@ def test_sys_exit_sets_the_exit_code(
     assert (record["status"], record["exit_code"]) == (status, exit_code)
 
 
+@pytest.mark.one_backend
 def test_result_then_output_are_read_back(client: Client) -> None:
     assert client.run(code="result = {'a': [1, 2.5, None]}")["result"] == {"a": [1, 2.5, None]}
     assert client.run(code="output = 'o'")["result"] == "o"
@@ -108,12 +111,14 @@ def test_result_then_output_are_read_back(client: Client) -> None:
     assert client.run(code="x = 1")["result"] is None
 
 
+@pytest.mark.one_backend
 def test_unserialisable_result_is_null_with_a_note(client: Client) -> None:
     record = client.run(code="result = object()")
     assert record["result"] is None
     assert any("result" in note and "JSON" in note for note in record["notes"])
 
 
+@pytest.mark.one_backend
 def test_vars_become_globals_and_input(client: Client) -> None:
     code = "result = [x + 1, input['x'], input['not valid'], input['result'], 'result' in dir()]"
     record = client.run(code=code, vars={"x": 5, "not valid": 1, "result": 9})
@@ -232,6 +237,7 @@ def test_return_files_never_leave_the_working_folder(client: Client) -> None:
     assert not any("root:" in json.dumps(e) for e in record["files"])
 
 
+@pytest.mark.one_backend
 def test_rich_outputs_are_mime_bundles(client: Client) -> None:
     code = (
         "from IPython.display import display, HTML, JSON, SVG\n"
@@ -365,12 +371,14 @@ def test_nothing_carries_over_between_runs(client: Client) -> None:
         assert later["result"] == [False, False, False, None, []], later
 
 
+@pytest.mark.one_backend
 def test_timeout_is_clamped_and_noted(client: Client) -> None:
     record = client.run(code="print(1)", timeout=0.01)
     assert record["status"] == "succeeded"
     assert any("clamped to 1 s" in n for n in record["notes"])
 
 
+@pytest.mark.one_backend
 def test_get_and_notebook_of_a_run(client: Client) -> None:
     import nbformat
 

@@ -22,6 +22,9 @@ from tests.stream_client import Stream, connect, stream_text
 from tests.support import GatewayThread, serving, wait_for
 from tests.ws_client import RawStream
 
+# the gateway's promises above the sandbox: one backend shows them (conftest.OneBackend)
+pytestmark = pytest.mark.one_backend
+
 TOKEN = "stream-test-token-0123456789"
 
 

@@ -1,5 +1,6 @@
 """The seed-compatible tool endpoints (`/v1/tools/*`): every example of the three manuals in
-reference/, their limits, clamps, truncation boundaries and answer shapes, on both backends."""
+reference/, their limits, clamps, truncation boundaries and answer shapes, on one backend (they are the gateway's:
+conftest.OneBackend)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from gateway.tools.code_run import cut_output
 from tests.api import assert_error, poll_run
 from tests.conftest import start_gateway
 from tests.support import Client, GatewayThread, part_config, write_tokens
+
+# the gateway's promises above the sandbox: one backend shows them (conftest.OneBackend)
+pytestmark = pytest.mark.one_backend
 
 KiB = 1024
 
