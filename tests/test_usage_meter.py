@@ -58,6 +58,11 @@ def spin(seconds: float) -> str:
     return f"import time\nt = time.thread_time()\nwhile time.thread_time() - t < {seconds}: pass\n"
 
 
+# Spends 0.5 s of its own CPU and says so: a run stopped after that has spent at least as
+# much, however loaded the machine (a stop at a wall-clock moment would not know)
+SPUN = spin(0.5) + "print('spun', flush=True)\n"
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def metered(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -164,7 +169,7 @@ def test_a_cells_cpu_comes_with_its_cell_finished_event(metered: GatewayThread) 
 @pytest.mark.parametrize(
     ("code", "status", "kill_reason", "at_least_ms"),
     [
-        (spin(100), "timed_out", "timeout", 1000),
+        (SPUN + spin(100), "timed_out", "timeout", 500),
         (spin(0.3) + "x = b'x' * (2 * 1024**3)", "killed", "memory", 250),
         (spin(0.3) + "import os\nos.kill(os.getpid(), 9)", "failed", None, 250),
     ],
@@ -173,9 +178,11 @@ def test_a_cells_cpu_comes_with_its_cell_finished_event(metered: GatewayThread) 
 def test_a_run_that_did_not_finish_has_its_usage(
     client: Client, code: str, status: str, kill_reason: str | None, at_least_ms: int
 ) -> None:
-    record = client.run(code=code, timeout=2)
+    record = client.run(code=code, timeout=3)
     assert (record["status"], record["kill_reason"]) == (status, kill_reason), record
     measured(record["usage"])
+    if code.startswith(SPUN):  # stopped mid-spin: what it spent is what it said it spent
+        assert "spun" in record["stdout"], record
     assert record["usage"]["cpu_ms"] >= at_least_ms, record["usage"]
     if kill_reason == "memory":  # the sandbox reached its limit
         assert record["usage"]["peak_memory_bytes"] >= 0.9 * MEMORY, record["usage"]
