@@ -81,10 +81,13 @@ class OneBackend:
         if not marked:
             return
         chosen = chosen_backend()
-        dropped = [item for item in items if marked.get(item.nodeid, chosen) != chosen]
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            (kept if marked.get(item.nodeid, chosen) == chosen else dropped).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if marked.get(item.nodeid, chosen) == chosen]
+            items[:] = kept
 
 
 def one_backend_of(item: pytest.Item) -> str | None:

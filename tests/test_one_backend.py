@@ -42,10 +42,13 @@ def collected(**env: str) -> tuple[int, list[str], str]:
     return answer.returncode, ids, answer.stderr + answer.stdout
 
 
+def backends(ids: list[str]) -> Counter[str]:
+    """How many of `ids` are of each backend."""
+    return Counter(m.group(1) for i in ids if (m := re.search(r"\[(local|docker)", i)))
+
+
 def backends_of(ids: list[str], test: str) -> Counter[str]:
-    return Counter(
-        m.group(1) for i in ids if f"::{test}[" in i and (m := re.search(r"\[(local|docker)", i))
-    )
+    return backends([i for i in ids if f"::{test}[" in i])
 
 
 def test_a_marked_test_runs_on_the_chosen_backend_and_the_rest_on_each() -> None:
@@ -59,9 +62,7 @@ def test_a_marked_test_runs_on_the_chosen_backend_and_the_rest_on_each() -> None
             {chosen: 1, other: 1}
         )
         unmarked = [i for i in ids if i.startswith("tests/test_record_quota.py")]
-        assert unmarked and {"local", "docker"} <= {
-            m.group(1) for i in unmarked if (m := re.search(r"\[(local|docker)", i))
-        }, unmarked
+        assert {"local", "docker"} <= set(backends(unmarked)), unmarked
 
 
 def test_a_backend_that_is_not_tested_cannot_be_chosen() -> None:
