@@ -82,19 +82,36 @@ def post_head(path: str, length: int, token: str = MALLORY) -> bytes:
 
 
 def answer_of(sock: socket.socket) -> bytes:
+    """An answer's head, and its body when the head gives its length (a 101's does not)."""
     data = b""
     with contextlib.suppress(OSError):
         while b"\r\n\r\n" not in data:
             chunk = sock.recv(65536)
             if not chunk:
-                break
+                return data
             data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = content_length(head)
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        data = head + b"\r\n\r\n" + body
     return data
 
 
+def content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
+
+
 def send(port: int, head: bytes, body: bytes, hang_up_after: float | None = None) -> bytes:
-    """Send a request; its answer's head, or b"" when hanging up `hang_up_after` seconds
-    after the body went."""
+    """Send a request; its answer, or b"" when hanging up `hang_up_after` seconds after the
+    body went."""
     with raw_socket.connect(port, timeout=120) as sock:
         with contextlib.suppress(OSError):
             sock.sendall(head + body)
@@ -219,13 +236,32 @@ def test_a_notebook_of_900000_cells_is_refused_from_its_bytes(
                 (replay_over_websocket, server.port, notebook),
             )
         alone = [send(server.port, replay, notebook), replay_over_websocket(server.port, notebook)]
-    for answers in (alone, at_once):
-        assert b" 413 " in answers[0].split(b"\r\n")[0], answers[0][:300]
-    assert b'"payload_too_large"' in alone[1] and b"cells" in alone[1], alone[1][-500:]
-    for events in at_once[1:]:  # refused for its cells, or its bytes found no room
-        refused = b'"payload_too_large"' in events and b"cells" in events
-        assert refused or (events[:1] == b"\x88" and events[2:4] == TRY_AGAIN_LATER), events[-500:]
+    assert answered(alone[0], 413, b"cells"), alone[0][-600:]
+    assert refused_for_cells(alone[1]), alone[1][-500:]
+    # Sent at once, whichever arrives first finds room and is refused for its cells; which
+    # one that is, is the network's choice (the HTTP request's head left first, yet about
+    # one run in ten a WebSocket's frame was read before it): the others find no room.
+    over_http, *over_streams = at_once
+    http_refused = answered(over_http, 413, b"cells")
+    http_no_room = answered(over_http, 503, b'"capacity"')
+    assert http_refused or http_no_room, over_http[-600:]
+    for events in over_streams:
+        assert refused_for_cells(events) or closed_for_no_room(events), events[-500:]
+    assert http_refused or any(map(refused_for_cells, over_streams)), at_once
     assert_bob_served(watch, SHARE + SLACK)
+
+
+def answered(answer: bytes, status: int, saying: bytes) -> bool:
+    """An HTTP answer of `status` whose body says `saying`."""
+    return f" {status} ".encode() in answer.split(b"\r\n")[0] and saying in answer
+
+
+def refused_for_cells(events: bytes) -> bool:
+    return b'"payload_too_large"' in events and b"cells" in events
+
+
+def closed_for_no_room(events: bytes) -> bool:
+    return events[:1] == b"\x88" and events[2:4] == TRY_AGAIN_LATER
 
 
 def test_many_small_bodies_of_one_user_do_not_hold_the_loop(
@@ -246,12 +282,10 @@ def test_many_small_bodies_of_one_user_do_not_hold_the_loop(
             while not stop.is_set():
                 try:
                     sock.sendall(head + body)
-                    answer = answer_of(sock)
-                    length = int(answer.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                    rest = answer.split(b"\r\n\r\n", 1)[1]
-                    while len(rest) < length:
-                        rest += sock.recv(65536)
-                except (OSError, IndexError, ValueError):
+                except OSError:
+                    return
+                answer = answer_of(sock)
+                if b"\r\n\r\n" not in answer:  # the gateway closed the connection
                     return
                 answers.append(answer.split(b"\r\n")[0])
 
