@@ -136,10 +136,15 @@ def test_a_pooled_kernel_that_ran_code_is_a_leak(backend: str) -> None:
         client = BlockingKernelClient()
         client.load_connection_info(info)
         client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
-        try:
-            client.execute_interactive("used = True", timeout=30)
+        try:  # the reply comes on the shell socket, which holds it until it is read; waiting
+            # for IOPub's idle instead missed it when the kernel published before the client's
+            # subscription had reached it (ZeroMQ's slow joiner: one CI run timed out so)
+            msg_id = client.execute("used = True")
+            reply = client.get_shell_msg(timeout=30)
         finally:
             client.stop_channels()
+        assert reply["parent_header"]["msg_id"] == msg_id, reply
+        assert reply["content"]["status"] == "ok", reply["content"]
         found = census.census()
         if backend == "local":
             assert str(folder) in found, found
