@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 from gateway.sandbox import local
 from tests.api import code_cell_json, notebook_json, poll_run, submit
 from tests.conftest import BACKENDS, start_gateway
-from tests.stream_client import connect
+from tests.stream_client import connect, stream_text
 from tests.support import Client, GatewayThread, forget_snapshots, serving
 
 MiB = 1024 * 1024
@@ -188,11 +187,22 @@ def test_a_run_that_did_not_finish_has_its_usage(
         assert record["usage"]["peak_memory_bytes"] >= 0.9 * MEMORY, record["usage"]
 
 
-def test_a_cancelled_run_has_its_usage(client: Client) -> None:
-    run_id = submit(client, {"code": spin(100), "timeout": 60})
-    poll_run(client, run_id, until=lambda r: r["status"] == "running")
-    time.sleep(2.0)  # the kernel starts, then spins
-    record = client.request("DELETE", f"/v1/runs/{run_id}").json()
+def test_a_cancelled_run_has_its_usage(metered: GatewayThread, client: Client) -> None:
+    """Cancelled (`DELETE`) once it said it had spent 0.5 s: its output is watched over the
+    stream, where it arrives as it is written (a running run's record has none yet), so
+    what it spent is known however loaded the machine; a cancel at a moment of the clock
+    was not (2 s after it started running, a run had spent 338 ms with three test workers
+    on two cores)."""
+
+    async def cancelled_once_spun() -> dict[str, Any]:
+        async with connect(metered.port) as stream:
+            stream.send({"type": "run", "ref": "r", "code": SPUN + spin(100), "timeout": 60})
+            run_id = (await stream.until(lambda e: e["type"] == "accepted"))["id"]
+            await stream.until(lambda e: "spun" in stream_text([e]))
+            answer = await asyncio.to_thread(client.request, "DELETE", f"/v1/runs/{run_id}")
+            return answer.json()
+
+    record = asyncio.run(cancelled_once_spun())
     assert record["status"] == "cancelled", record
     measured(record["usage"])
     assert record["usage"]["cpu_ms"] >= 500, record["usage"]
